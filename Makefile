@@ -1,0 +1,54 @@
+# purgatory-go: every target installs what it needs through the Go module proxy.
+GO        ?= go
+PKGS      := ./...
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+
+.PHONY: all deps build test race vet lint fuzz bench bench-expiry demo tidy-check clean
+
+all: lint build test
+
+deps:
+	$(GO) mod download
+
+build: deps
+	$(GO) build $(PKGS)
+
+vet: deps
+	$(GO) vet $(PKGS)
+
+# test: vet, then every test under the race detector. Each package's TestMain
+# runs goleak, so a leaked goroutine fails the run.
+test: vet
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# lint: formatting, vet, go.mod drift, and staticcheck (fetched through the
+# module proxy with go run, so nothing is installed by hand).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: vet tidy-check
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+tidy-check:
+	@cp go.mod /tmp/purgatory.go.mod.bak; cp go.sum /tmp/purgatory.go.sum.bak
+	@$(GO) mod tidy
+	@if ! git diff --quiet -- go.mod go.sum; then echo "go.mod/go.sum drift: run go mod tidy"; \
+		cp /tmp/purgatory.go.mod.bak go.mod; cp /tmp/purgatory.go.sum.bak go.sum; exit 1; fi
+
+# fuzz: a bounded run of each fuzz target.
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(FUZZTIME) ./timer
+
+# bench: micro-benchmarks, then the whole-round benchmarks (one round each).
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -skip 'Expiry|HeapPer' $(PKGS)
+	$(MAKE) bench-expiry
+
+bench-expiry: deps
+	$(GO) test -run '^$$' -bench 'Expiry|HeapPer' -benchmem -benchtime 1x $(PKGS)
+
+demo: deps
+	$(GO) run ./examples/timer_demo
+
+clean:
+	$(GO) clean -testcache
