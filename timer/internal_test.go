@@ -1,0 +1,321 @@
+package timer
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type probe struct {
+	TaskBase
+	runs atomic.Int32
+	at   time.Duration // clock time of the last run
+	clk  Clock
+}
+
+func (p *probe) Run() {
+	p.runs.Add(1)
+	if p.clk != nil {
+		p.at = p.clk.Now()
+	}
+}
+
+func newProbe(d time.Duration) *probe {
+	p := &probe{}
+	p.SetDelay(d)
+	return p
+}
+
+// newInlineTimer returns a timer on a mock clock that runs expired tasks on
+// the goroutine that advances it, so tests can check exactly what ran.
+func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *MockClock) {
+	t.Helper()
+	clk := NewMockClock()
+	st, err := NewSystemTimer("test", append([]Option{WithClock(clk), inlineExecution()}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st, clk
+}
+
+func (t *SystemTimer) runDue() {
+	for t.advanceDue() {
+	}
+}
+
+// bucketOf returns the bucket e is linked into, or nil.
+func bucketOf(e Task) *bucket { return e.base().list.Load() }
+
+// Reference: Kafka TimerTaskListTest.testAll. Moving tasks between buckets
+// keeps the timer's count; cancelling empties the buckets.
+func TestBucketMovesKeepCountAndCancelEmpties(t *testing.T) {
+	st, _ := newInlineTimer(t, WithWheelSize(20))
+	tasks := make([]*probe, 10)
+	for i := range tasks {
+		tasks[i] = newProbe(10 * time.Millisecond)
+		require.NoError(t, st.Add(tasks[i]))
+		assert.Equal(t, i+1, st.Size())
+	}
+	list1 := bucketOf(tasks[0])
+	require.NotNil(t, list1)
+
+	// Re-adding a pending task moves it and does not change the count.
+	for _, p := range tasks[:4] {
+		p.SetDelay(11 * time.Millisecond)
+		require.NoError(t, st.Add(p))
+		assert.Equal(t, 10, st.Size())
+	}
+	list2 := bucketOf(tasks[0])
+	require.NotSame(t, list1, list2)
+	assert.Equal(t, 6, list1.len())
+	assert.Equal(t, 4, list2.len())
+
+	for _, p := range tasks[4:] {
+		p.SetDelay(12 * time.Millisecond)
+		require.NoError(t, st.Add(p))
+		assert.Equal(t, 10, st.Size())
+	}
+	list3 := bucketOf(tasks[4])
+	assert.Equal(t, 0, list1.len())
+	assert.Equal(t, 4, list2.len())
+	assert.Equal(t, 6, list3.len())
+
+	for _, p := range tasks[:4] {
+		assert.True(t, p.Cancel())
+	}
+	assert.Equal(t, 0, list2.len())
+	assert.Equal(t, 6, list3.len())
+	for _, p := range tasks[4:] {
+		assert.True(t, p.Cancel())
+		assert.False(t, p.Cancel(), "a second Cancel prevents nothing")
+	}
+	assert.Equal(t, 0, list3.len())
+	assert.Equal(t, 0, st.Size())
+	for _, p := range tasks {
+		assert.True(t, p.IsCancelled())
+	}
+}
+
+// A bucket is reused for a later span once flushed, and the delay queue
+// gets it again only then.
+func TestBucketReuseResetsExpiration(t *testing.T) {
+	st, clk := newInlineTimer(t, WithWheelSize(4))
+	p := newProbe(2 * time.Millisecond)
+	require.NoError(t, st.Add(p))
+	b := bucketOf(p)
+	first := b.expiration.Load()
+	assert.Equal(t, int64(2), first)
+	assert.Equal(t, 1, st.queue.len())
+
+	clk.Advance(2 * time.Millisecond)
+	st.runDue()
+	assert.Equal(t, int32(1), p.runs.Load())
+	assert.Equal(t, int64(-1), b.expiration.Load(), "a flushed bucket waits for reuse")
+
+	// At tick 3 a deadline of tick 6 maps to the same slot: the next round.
+	// A one-tick bucket is queued, so the wheel advances to 3.
+	require.NoError(t, st.Add(newProbe(time.Millisecond)))
+	clk.Advance(time.Millisecond)
+	st.runDue()
+	q := newProbe(3 * time.Millisecond)
+	require.NoError(t, st.Add(q))
+	assert.Same(t, b, bucketOf(q))
+	assert.Equal(t, int64(6), b.expiration.Load())
+	assert.Equal(t, 1, st.queue.len())
+}
+
+// The delay queue orders buckets by expiration, wakes a sleeping poll when
+// an earlier bucket arrives, and returns nil on timeout or interrupt.
+func TestDelayQueue(t *testing.T) {
+	clk := NewMockClock()
+	q := newDelayQueue(clk, time.Millisecond)
+	mk := func(exp int64) *bucket {
+		b := &bucket{}
+		b.init()
+		b.expiration.Store(exp)
+		return b
+	}
+	b5, b3, b9 := mk(5), mk(3), mk(9)
+	q.offer(b5)
+	q.offer(b9)
+	q.offer(b3)
+	assert.Nil(t, q.pollDue(2*time.Millisecond))
+	assert.Same(t, b3, q.pollDue(3*time.Millisecond))
+
+	t.Run("a poll times out on the clock", func(t *testing.T) {
+		got := make(chan *bucket)
+		go func() { got <- q.poll(time.Millisecond) }()
+		waitTimers(t, clk)
+		clk.Advance(time.Millisecond) // now 1ms: nothing due, timeout reached
+		assert.Nil(t, <-got)
+	})
+
+	t.Run("an earlier bucket wakes a poll", func(t *testing.T) {
+		got := make(chan *bucket)
+		go func() { got <- q.poll(time.Hour) }()
+		waitTimers(t, clk)
+		b2 := mk(2)
+		q.offer(b2)
+		clk.Advance(time.Millisecond) // now 2ms: b2 is due; b5 is not
+		assert.Same(t, b2, <-got)
+	})
+
+	t.Run("stop interrupts a poll", func(t *testing.T) {
+		got := make(chan *bucket)
+		go func() { got <- q.poll(time.Hour) }()
+		waitTimers(t, clk)
+		q.stop()
+		assert.Nil(t, <-got)
+	})
+
+	clk.Advance(10 * time.Millisecond)
+	assert.Same(t, b5, q.pollDue(clk.Now()))
+	assert.Same(t, b9, q.pollDue(clk.Now()))
+	assert.Nil(t, q.pollDue(clk.Now()))
+}
+
+// waitTimers waits until a goroutine sleeps on one of clk's timers.
+func waitTimers(t *testing.T, clk *MockClock) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		clk.mu.Lock()
+		defer clk.mu.Unlock()
+		return len(clk.timers) > 0
+	}, 10*time.Second, time.Millisecond)
+}
+
+// Regression: a flush racing with Adds to the same bucket. Every task runs
+// exactly once and none is lost. Adds to one bucket from several goroutines
+// while the wheels advance under them on a real clock with a tiny tick.
+func TestFlushRacingAddsToSameBucket(t *testing.T) {
+	st, err := NewSystemTimer("race", WithTick(50*time.Microsecond), WithWheelSize(4))
+	require.NoError(t, err)
+	r := NewReaper("race", st)
+	defer r.Close()
+
+	const goroutines, perG = 4, 2000
+	var ran atomic.Int64
+	tasks := make([][]counted, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		tasks[g] = make([]counted, perG)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range tasks[g] {
+				c := &tasks[g][i]
+				c.n = &ran
+				c.SetDelay(time.Duration(i%3) * 50 * time.Microsecond) // 0, 1 or 2 ticks
+				assert.NoError(t, r.Add(c))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return ran.Load() == goroutines*perG },
+		30*time.Second, time.Millisecond)
+	for g := range tasks {
+		for i := range tasks[g] {
+			assert.Equal(t, int32(1), tasks[g][i].runs.Load())
+		}
+	}
+	assert.Equal(t, 0, st.Size())
+}
+
+type counted struct {
+	TaskBase
+	runs atomic.Int32
+	n    *atomic.Int64
+}
+
+func (c *counted) Run() {
+	c.runs.Add(1)
+	c.n.Add(1)
+}
+
+// Regression: reading the wheels' current time while they advance. The
+// wheels are read only under the timer's lock; the race detector checks.
+func TestReadCurrentTimeWhileAdvancing(t *testing.T) {
+	st, clk := newInlineTimer(t, WithWheelSize(3))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := int64(-1)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c := st.currentTick()
+			assert.GreaterOrEqual(t, c, last, "the wheel's time never goes back")
+			last = c
+			_ = st.Size()
+		}
+	}()
+	for i := range 2000 {
+		require.NoError(t, st.Add(newProbe(time.Duration(i%50)*time.Millisecond)))
+		clk.Advance(time.Millisecond)
+		st.runDue()
+	}
+	close(done)
+	wg.Wait()
+}
+
+func (t *SystemTimer) currentTick() int64 {
+	mu := &t.mu[0]
+	mu.RLock()
+	defer mu.RUnlock()
+	return t.wheel.current
+}
+
+// Entries sit in the level their deadline calls for: a wheel of 3 one-tick
+// buckets covers 3 ticks, the next level 9, the next 27.
+func TestOverflowLevels(t *testing.T) {
+	st, _ := newInlineTimer(t, WithWheelSize(3))
+	cases := []struct {
+		delay time.Duration
+		tick  int64 // the level's tick the entry must land in
+	}{
+		{1 * time.Millisecond, 1},
+		{2 * time.Millisecond, 1},
+		{3 * time.Millisecond, 3},
+		{8 * time.Millisecond, 3},
+		{9 * time.Millisecond, 9},
+		{26 * time.Millisecond, 9},
+		{27 * time.Millisecond, 27},
+	}
+	for _, c := range cases {
+		p := newProbe(c.delay)
+		require.NoError(t, st.Add(p))
+		b := bucketOf(p)
+		found := false
+		st.wheel.levels(func(w *wheel) {
+			for i := range w.buckets {
+				if &w.buckets[i] == b {
+					found = true
+					assert.Equal(t, c.tick, w.tick, "delay %v", c.delay)
+				}
+			}
+		})
+		assert.True(t, found, "delay %v not in any bucket", c.delay)
+	}
+}
+
+// Deadlines far in the future saturate instead of overflowing, and such a
+// task stays pending and cancellable.
+func TestHugeDelaySaturates(t *testing.T) {
+	st, clk := newInlineTimer(t)
+	p := newProbe(time.Duration(1<<63 - 1))
+	require.NoError(t, st.Add(p))
+	assert.Equal(t, 1, st.Size())
+	clk.Advance(1000 * time.Hour)
+	st.runDue()
+	assert.Equal(t, int32(0), p.runs.Load())
+	assert.True(t, p.Cancel())
+	assert.Equal(t, 0, st.Size())
+}

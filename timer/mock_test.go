@@ -1,0 +1,60 @@
+package timer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/timer"
+)
+
+type named struct {
+	timer.TaskBase
+	name string
+	out  *[]string
+}
+
+func (n *named) Run() { *n.out = append(*n.out, n.name) }
+
+func TestMockTimerRunsDueTasksInDeadlineOrder(t *testing.T) {
+	mt := timer.NewMockTimer()
+	defer mt.Close()
+	var out []string
+	add := func(name string, d time.Duration) *named {
+		n := &named{name: name, out: &out}
+		n.SetDelay(d)
+		require.NoError(t, mt.Add(n))
+		return n
+	}
+	add("c", 30*time.Millisecond)
+	add("a", 10*time.Millisecond)
+	cancelled := add("x", 15*time.Millisecond)
+	add("b", 20*time.Millisecond+time.Nanosecond)
+	add("d", time.Hour)
+	assert.Equal(t, 5, mt.Size())
+	assert.True(t, cancelled.Cancel())
+
+	assert.Equal(t, 0, mt.Advance(10*time.Millisecond-1))
+	assert.Empty(t, out, "nothing is due before its deadline")
+	assert.Equal(t, 1, mt.Advance(1))
+	assert.Equal(t, []string{"a"}, out)
+	assert.Equal(t, 2, mt.Advance(25*time.Millisecond))
+	assert.Equal(t, []string{"a", "b", "c"}, out)
+	assert.Equal(t, 1, mt.Size())
+	assert.False(t, mt.AdvanceClock(0))
+	mt.Clock().Advance(time.Hour)
+	assert.True(t, mt.AdvanceClock(0))
+	assert.Equal(t, []string{"a", "b", "c", "d"}, out)
+	assert.Equal(t, 0, mt.Size())
+}
+
+func TestMockTimerRunsDueTaskWithinAdd(t *testing.T) {
+	mt := timer.NewMockTimer()
+	defer mt.Close()
+	var out []string
+	n := &named{name: "now", out: &out}
+	require.NoError(t, mt.Add(n))
+	assert.Equal(t, []string{"now"}, out, "as in Kafka's MockTimer, a due task runs before Add returns")
+}

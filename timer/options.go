@@ -1,0 +1,126 @@
+package timer
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Errors returned by this package. Check them with [errors.Is].
+var (
+	// ErrClosed is returned by Add once the timer has been closed. The task
+	// is neither run nor kept.
+	ErrClosed = errors.New("timer: closed")
+	// ErrNilTask is returned by Add for a nil task.
+	ErrNilTask = errors.New("timer: nil task")
+	// ErrInvalidTick is returned by NewSystemTimer for a tick <= 0.
+	ErrInvalidTick = errors.New("timer: tick must be positive")
+	// ErrInvalidWheelSize is returned by NewSystemTimer for a wheel size
+	// below 2: with one bucket a level would overflow into a level with the
+	// same tick, for ever.
+	ErrInvalidWheelSize = errors.New("timer: wheel size must be at least 2")
+	// ErrInvalidExecutors is returned by NewSystemTimer for fewer than one
+	// executor goroutine.
+	ErrInvalidExecutors = errors.New("timer: executors must be at least 1")
+	// ErrNilClock is returned by NewSystemTimer for WithClock(nil).
+	ErrNilClock = errors.New("timer: nil clock")
+)
+
+// Defaults, as in Kafka's SystemTimer.
+const (
+	DefaultTick      = time.Millisecond
+	DefaultWheelSize = 20
+	// ReaperPoll is how long a Reaper waits in AdvanceClock per call (Kafka's
+	// SystemTimerReaper WORK_TIMEOUT_MS).
+	ReaperPoll = 200 * time.Millisecond
+)
+
+// Option configures a SystemTimer.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	tick      time.Duration
+	wheelSize int
+	clock     Clock
+	executors int
+	inline    bool
+	onPanic   func(Task, any)
+	logger    *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{
+		tick:      DefaultTick,
+		wheelSize: DefaultWheelSize,
+		clock:     SystemClock{},
+		executors: 1,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.tick <= 0:
+		return ErrInvalidTick
+	case c.wheelSize < 2:
+		return ErrInvalidWheelSize
+	case c.executors < 1 && !c.inline:
+		return ErrInvalidExecutors
+	case c.clock == nil:
+		return ErrNilClock
+	}
+	return nil
+}
+
+// WithTick sets the span of one bucket of the finest wheel, which is also the
+// timer's precision: a task runs no earlier than its deadline and at most one
+// tick after it, plus scheduling delay. A finer tick means more wake-ups of
+// the reaper and more cascading of entries between levels. The default is
+// 1ms, as in Kafka.
+func WithTick(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.tick = d })
+}
+
+// WithWheelSize sets the number of buckets per wheel level. A larger wheel
+// means fewer levels (less cascading for long delays) at the cost of memory
+// per level (80 bytes per bucket). The default is 20, as in Kafka.
+func WithWheelSize(n int) Option {
+	return optionFunc(func(c *config) { c.wheelSize = n })
+}
+
+// WithClock sets the clock deadlines are read from and waited on. The default
+// is [SystemClock]. A [MockClock] makes the timer deterministic in tests.
+func WithClock(clk Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clk })
+}
+
+// WithExecutors sets how many goroutines run expired tasks. The default is 1,
+// as in Kafka, which runs tasks in expiry order; more goroutines keep a slow
+// task from delaying the others but run tasks out of order.
+func WithExecutors(n int) Option {
+	return optionFunc(func(c *config) { c.executors = n })
+}
+
+// WithPanicHandler sets a function called, on the goroutine that ran the
+// task, with the task and the recovered value when a task's Run panics. The
+// timer keeps working either way. The default logs the panic at error level
+// with the timer's logger.
+func WithPanicHandler(f func(task Task, recovered any)) Option {
+	return optionFunc(func(c *config) { c.onPanic = f })
+}
+
+// WithLogger sets the logger for recovered panics. The default is
+// [slog.Default].
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// inlineExecution makes AdvanceClock run expired tasks on its own goroutine
+// after releasing its locks, and Add run a due task before returning. It is
+// how MockTimer gets its deterministic behaviour.
+func inlineExecution() Option {
+	return optionFunc(func(c *config) { c.inline = true })
+}

@@ -1,0 +1,88 @@
+package timer
+
+import (
+	"sync"
+	"time"
+)
+
+// Reaper drives a Timer: a goroutine calls AdvanceClock in a loop, waiting up
+// to [ReaperPoll] each time, so that expired tasks run without anyone else
+// calling AdvanceClock. It is Kafka's SystemTimerReaper.
+//
+// A Reaper is itself a Timer: Add, Size and AdvanceClock go to the wrapped
+// timer. Close stops the goroutine (waking it at once when the timer is one of
+// this package's), waits for it, then closes the wrapped timer.
+type Reaper struct {
+	name      string
+	t         Timer
+	done      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+	err       error
+}
+
+var _ Timer = (*Reaper)(nil)
+
+// NewReaper starts a goroutine that advances t, and returns the Reaper that
+// owns it. It panics if t is nil, as that is a programming error.
+func NewReaper(name string, t Timer) *Reaper {
+	if t == nil {
+		panic("timer: NewReaper called with a nil Timer")
+	}
+	r := &Reaper{
+		name:    name,
+		t:       t,
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go r.loop()
+	return r
+}
+
+func (r *Reaper) loop() {
+	defer close(r.stopped)
+	for {
+		select {
+		case <-r.done:
+			return
+		default:
+		}
+		r.t.AdvanceClock(ReaperPoll)
+	}
+}
+
+// Name returns the name the Reaper was created with.
+func (r *Reaper) Name() string { return r.name }
+
+// Timer returns the wrapped timer.
+func (r *Reaper) Timer() Timer { return r.t }
+
+// Add implements [Timer].
+func (r *Reaper) Add(task Task) error { return r.t.Add(task) }
+
+// AdvanceClock implements [Timer]; the Reaper's goroutine already calls it,
+// so other callers rarely need to.
+func (r *Reaper) AdvanceClock(timeout time.Duration) bool { return r.t.AdvanceClock(timeout) }
+
+// Size implements [Timer].
+func (r *Reaper) Size() int { return r.t.Size() }
+
+// Close implements [Timer]. It is idempotent and returns the wrapped timer's
+// Close error.
+func (r *Reaper) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.done)
+		if w, ok := r.t.(waker); ok {
+			w.wake()
+		}
+		<-r.stopped
+		r.err = r.t.Close()
+	})
+	return r.err
+}
+
+func (r *Reaper) wake() {
+	if w, ok := r.t.(waker); ok {
+		w.wake()
+	}
+}

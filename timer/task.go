@@ -1,0 +1,161 @@
+package timer
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Task is work that runs once its delay has elapsed.
+//
+// A Task is implemented by embedding [TaskBase] in a struct and adding a Run
+// method; the unexported method that TaskBase supplies seals the interface, so
+// that every task carries the bookkeeping the timer needs and no Add has to
+// allocate.
+//
+// Run is called from the timer's executor goroutine (or, for [MockTimer], from
+// the goroutine that advances the clock). It should not block: with the default
+// single executor, a Run that blocks holds up every other expired task.
+type Task interface {
+	Run()
+	base() *TaskBase
+}
+
+// Task states, kept in the low bits of TaskBase.word.
+const (
+	stateIdle      uint32 = 0 // never added, or already fired
+	statePending   uint32 = 1 // in a bucket, or between buckets during a flush
+	stateCancelled uint32 = 2 // Cancel was called and no Add came after it
+	stateMask      uint32 = 3
+
+	// addLock serialises Add calls for the same task. It lives in the same
+	// word as the state so that a cancel or a firing can change the state
+	// while an Add holds it, and the Add sees that change when it lets go.
+	addLock uint32 = 4
+)
+
+// TaskBase holds a task's delay and its link into the timer. Embed it in the
+// struct that implements [Task]. Its zero value is a task with no delay that
+// has never been added. A TaskBase must not be copied after its first Add.
+//
+// TaskBase is 64 bytes, so a task that embeds it and adds nothing of its own
+// costs one 64-byte allocation and nothing more while it is pending.
+type TaskBase struct {
+	// word holds the state (stateMask) and addLock. Every change is a
+	// compare-and-swap, so Cancel and the flush that fires a task need no lock.
+	word atomic.Uint32
+
+	// list is the bucket the entry is linked into, or nil. It is written only
+	// by a goroutine that holds that bucket's mu (to link or unlink it), and is
+	// read without a lock to find which bucket to lock.
+	list atomic.Pointer[bucket]
+
+	// next and prev link the entry into list. They are guarded by list.mu.
+	next, prev *TaskBase
+
+	// expire is the tick the task is due at. It is written by Add, which holds
+	// addLock and the timer's read lock, and read by Add and by the flush,
+	// which holds the timer's write lock.
+	expire int64
+
+	// delay is the task's delay. SetDelay must not race with Add.
+	delay time.Duration
+
+	// owner is the Task that embeds this TaskBase, recorded by Add so that an
+	// expiry can call Run. Same guard as expire.
+	owner Task
+}
+
+func (b *TaskBase) base() *TaskBase { return b }
+
+// Delay reports the delay the next Add will use.
+func (b *TaskBase) Delay() time.Duration { return b.delay }
+
+// SetDelay sets the delay the next Add will use. A delay of zero or less means
+// the task is due at once. SetDelay must not be called while an Add of the same
+// task is in progress; it does not move a task that is already pending (add it
+// again to do that).
+func (b *TaskBase) SetDelay(d time.Duration) { b.delay = d }
+
+// Cancel stops the task from running. It reports whether this call prevented
+// a pending run: false if the task was never added, has already been handed to
+// the executor, or was cancelled before. Like [time.Timer.Stop], it does not
+// wait for a Run that has already started. Cancel is O(1) and safe to call
+// from any goroutine, including from Run itself.
+func (b *TaskBase) Cancel() bool {
+	for {
+		w := b.word.Load()
+		st := w & stateMask
+		if st == stateCancelled {
+			return false
+		}
+		if b.word.CompareAndSwap(w, w&^stateMask|stateCancelled) {
+			if st != statePending {
+				return false
+			}
+			b.unlink()
+			return true
+		}
+	}
+}
+
+// IsCancelled reports whether Cancel was called and the task was not added
+// again afterwards.
+func (b *TaskBase) IsCancelled() bool {
+	return b.word.Load()&stateMask == stateCancelled
+}
+
+// isPending reports whether the task waits in a timer.
+func (b *TaskBase) isPending() bool {
+	return b.word.Load()&stateMask == statePending
+}
+
+// fire moves a pending task to idle. Exactly one caller wins; that caller
+// runs the task.
+func (b *TaskBase) fire() bool {
+	for {
+		w := b.word.Load()
+		if w&stateMask != statePending {
+			return false
+		}
+		if b.word.CompareAndSwap(w, w&^stateMask|stateIdle) {
+			return true
+		}
+	}
+}
+
+// lockAdd takes addLock and marks the task pending in one step. It reports
+// whether the task was pending before (so its count is already held).
+func (b *TaskBase) lockAdd() (wasPending bool) {
+	for spins := 0; ; spins++ {
+		w := b.word.Load()
+		if w&addLock == 0 && b.word.CompareAndSwap(w, w&^stateMask|statePending|addLock) {
+			return w&stateMask == statePending
+		}
+		// Another goroutine is adding the same task: a short wait.
+		if spins > 8 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// unlockAdd releases addLock. If the task stopped being pending while the
+// lock was held (a Cancel, or a firing), it makes sure the entry is unlinked:
+// the Cancel may have looked for the entry before it was linked.
+func (b *TaskBase) unlockAdd() {
+	if old := b.word.And(^addLock); old&stateMask != statePending {
+		b.unlink()
+	}
+}
+
+// unlink removes the entry from whatever bucket holds it. The bucket can
+// change under us (a concurrent move), so look again until it is nil.
+func (b *TaskBase) unlink() {
+	for {
+		l := b.list.Load()
+		if l == nil {
+			return
+		}
+		l.remove(b)
+	}
+}

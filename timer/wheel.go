@@ -1,0 +1,108 @@
+package timer
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// wheel is one level of the hierarchy: Kafka's TimingWheel, counted in ticks
+// of the lowest level rather than in milliseconds.
+//
+// Concurrency contract, as in Kafka: any number of add calls may run at once
+// (the SystemTimer holds its read lock for them), but none while advance runs
+// (it holds the write lock). current is therefore a plain field.
+type wheel struct {
+	tick     int64 // ticks of the lowest level per bucket of this one
+	interval int64 // tick * len(buckets), saturated at MaxInt64
+	current  int64 // start of the current bucket's span, a multiple of tick
+
+	buckets []bucket
+	queue   *delayQueue
+
+	// overflow is the next, coarser level, created by the first add that
+	// needs it. Adds race to create it, hence the atomic and growMu.
+	overflow atomic.Pointer[wheel]
+	growMu   sync.Mutex
+}
+
+func newWheel(tick int64, size int, start int64, queue *delayQueue) *wheel {
+	w := &wheel{
+		tick:     tick,
+		interval: math.MaxInt64,
+		current:  start - start%tick,
+		buckets:  make([]bucket, size),
+		queue:    queue,
+	}
+	if tick <= math.MaxInt64/int64(size) {
+		w.interval = tick * int64(size)
+	}
+	for i := range w.buckets {
+		w.buckets[i].init()
+	}
+	return w
+}
+
+// top reports whether this level already spans every representable tick, so
+// that it never needs an overflow level.
+func (w *wheel) top() bool { return w.interval == math.MaxInt64 }
+
+// add places e, due at tick exp, in the bucket of the finest level whose span
+// holds it. It returns false when e is already due (the caller runs it) or
+// when e could not be linked (a concurrent Cancel, or a concurrent Add that
+// moved it, won).
+func (w *wheel) add(e *TaskBase, exp int64) (linked, due bool) {
+	for {
+		if exp-w.current < w.tick {
+			return false, true
+		}
+		if w.top() || exp-w.current < w.interval {
+			vid := exp / w.tick
+			b := &w.buckets[vid%int64(len(w.buckets))]
+			if !b.insert(e) {
+				return false, false
+			}
+			// A changed expiration means the bucket was flushed and is being
+			// reused for a later span: queue it again. Within one span every
+			// add sets the same value, so a bucket is queued once per span.
+			if b.setExpiration(vid * w.tick) {
+				w.queue.offer(b)
+			}
+			return true, false
+		}
+		w = w.overflowWheel()
+	}
+}
+
+func (w *wheel) overflowWheel() *wheel {
+	if o := w.overflow.Load(); o != nil {
+		return o
+	}
+	w.growMu.Lock()
+	defer w.growMu.Unlock()
+	if o := w.overflow.Load(); o != nil {
+		return o
+	}
+	o := newWheel(w.interval, len(w.buckets), w.current, w.queue)
+	w.overflow.Store(o)
+	return o
+}
+
+// advance moves this level, and the coarser ones, to the span holding tick.
+// The caller holds the timer's write lock.
+func (w *wheel) advance(tick int64) {
+	for ; w != nil; w = w.overflow.Load() {
+		if tick-w.current < w.tick {
+			return
+		}
+		w.current = tick - tick%w.tick
+		tick = w.current
+	}
+}
+
+// levels calls f for every level, finest first.
+func (w *wheel) levels(f func(*wheel)) {
+	for ; w != nil; w = w.overflow.Load() {
+		f(w)
+	}
+}
