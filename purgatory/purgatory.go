@@ -1,0 +1,330 @@
+package purgatory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/timer"
+	"github.com/purgatory-go/purgatory/watchers"
+)
+
+// Purgatory holds delayed operations of type T, watched by keys of type K,
+// until they complete or expire. It is Kafka's DelayedOperationPurgatory.
+//
+// A Purgatory is safe for concurrent use by multiple goroutines.
+type Purgatory[K comparable, T operation.DelayedOperation] struct {
+	name     string
+	brokerID int
+	logger   *slog.Logger
+	watchers *watchers.Watchers[K]
+	timer    timer.Timer // nil with WithoutTimer
+	obs      observer
+
+	purgeInterval int64
+	estimated     atomic.Int64 // Kafka's estimatedTotalOperations
+	leavePending  bool
+
+	closed   atomic.Bool
+	stopOnce sync.Once
+	done     chan struct{} // closed by Shutdown to stop the reaper
+	reaped   chan struct{} // closed when the reaper has returned
+	stopped  chan struct{} // closed when the reaper and the timer have stopped
+}
+
+// Stats is a snapshot of a purgatory's counters.
+type Stats struct {
+	Pending        int    // operations parked and not completed: NumDelayed
+	Watched        int    // entries on all watch lists: Watched
+	CompletedEarly uint64 // parked operations completed before their timeout
+	Expired        uint64 // operations completed by their timeout
+	Purged         uint64 // entries removed by the backstop purge
+	Cancelled      uint64 // operations returned by CancelForKey
+	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
+}
+
+// observer counts what operations report. It is separate from Purgatory so
+// that its methods stay out of the purgatory's API.
+type observer struct {
+	p         interface{ recovered(operation.DelayedOperation, string, any) }
+	pending   atomic.Int64
+	early     atomic.Uint64
+	expired   atomic.Uint64
+	purged    atomic.Uint64
+	cancelled atomic.Uint64
+	panics    atomic.Uint64
+}
+
+func (o *observer) Completed(expired bool) {
+	o.pending.Add(-1)
+	if expired {
+		o.expired.Add(1)
+	} else {
+		o.early.Add(1)
+	}
+}
+
+func (o *observer) Recovered(op operation.DelayedOperation, callback string, v any) {
+	o.panics.Add(1)
+	o.p.recovered(op, callback, v)
+}
+
+// New returns a purgatory named name. Unless told otherwise it creates a
+// SystemTimer (1ms tick, 20 buckets) and a reaper goroutine that advances it
+// every 200ms at most and purges completed operations. Shut it down with
+// Shutdown.
+func New[K comparable, T operation.DelayedOperation](name string, opts ...Option) (*Purgatory[K, T], error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	p := &Purgatory[K, T]{
+		name:          name,
+		brokerID:      c.brokerID,
+		logger:        c.logger,
+		watchers:      watchers.New[K](c.shards),
+		purgeInterval: int64(c.purgeInterval),
+		leavePending:  c.leavePending,
+		done:          make(chan struct{}),
+		reaped:        make(chan struct{}),
+		stopped:       make(chan struct{}),
+	}
+	if p.logger == nil {
+		p.logger = slog.Default()
+	}
+	p.obs.p = p
+	switch {
+	case c.noTimer:
+	case c.timer != nil:
+		p.timer = c.timer
+	default:
+		topts := append([]timer.Option{
+			timer.WithLogger(p.logger),
+			timer.WithPanicHandler(func(task timer.Task, v any) {
+				// Base recovers callback panics itself; this catches the rest.
+				p.obs.panics.Add(1)
+				p.logger.Error("purgatory: expiry panicked", "purgatory", name, "panic", v)
+			}),
+		}, c.timerOpts...)
+		st, err := timer.NewSystemTimer(name, topts...)
+		if err != nil {
+			return nil, err
+		}
+		p.timer = st
+	}
+	if c.noReaper {
+		close(p.reaped)
+	} else {
+		go p.reap()
+	}
+	return p, nil
+}
+
+func (p *Purgatory[K, T]) recovered(op operation.DelayedOperation, callback string, v any) {
+	p.logger.Error("purgatory: callback panicked", "purgatory", p.name, "broker", p.brokerID,
+		"callback", callback, "operation", fmt.Sprintf("%T", op), "panic", v)
+}
+
+// TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
+// on every key and starts its timeout. It returns true if op completed
+// during the call (by this call's TryComplete). Once parked, op completes
+// through CheckAndComplete on any of its keys, a ForceComplete, or its
+// timeout, whichever comes first.
+//
+// The operation's lock is held from the first TryComplete, across watching
+// every key, to the last TryComplete, so a CheckAndComplete that runs in
+// between is never lost (see the package documentation).
+//
+// It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
+// uninitialised operation, an operation already parked or completed
+// (ErrAlreadyWatched), or after Shutdown (ErrShutdown).
+func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
+	if len(keys) == 0 {
+		return false, ErrNoKeys
+	}
+	var d operation.DelayedOperation = op
+	if isNil(d) {
+		return false, ErrNilOperation
+	}
+	b := d.OperationBase()
+	if !b.Initialised() {
+		return false, errors.Join(ErrNotInitialised, operation.ErrNotInitialised)
+	}
+	if p.closed.Load() {
+		return false, ErrShutdown
+	}
+	if !b.Park(&p.obs) {
+		return false, ErrAlreadyWatched
+	}
+	p.obs.pending.Add(1)
+
+	if b.SafeTryCompleteOrElse(func() {
+		p.watchers.Watch(b, keys)
+		p.estimated.Add(1)
+	}) {
+		return true, nil
+	}
+	if b.IsCompleted() {
+		return false, nil
+	}
+	if p.timer != nil {
+		if err := p.timer.Add(d); err != nil {
+			// The timer is closed: Shutdown is under way. Expire now
+			// rather than leave the operation without a timeout.
+			b.Run()
+			return false, nil
+		}
+	}
+	// Shutdown may have collected the pending operations before this one
+	// was watched. If so, expire it here: nothing parked may hang.
+	if p.closed.Load() && !p.leavePending {
+		b.Run()
+	}
+	return false, nil
+}
+
+// CheckAndComplete tries to complete every operation watching key and
+// returns how many it completed. Call it when something happens that may
+// let operations on key finish. Do not call it while holding a lock that a
+// TryComplete takes.
+func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
+	return p.watchers.Check(key)
+}
+
+// Watched returns the number of watch entries, counting an operation once
+// per key (Kafka's PurgatorySize). Completed operations are unlinked at
+// once, so this is never larger than Kafka's figure.
+func (p *Purgatory[K, T]) Watched() int { return p.watchers.Watched() }
+
+// NumDelayed returns the number of parked operations that have not
+// completed (Kafka's NumDelayedOperations).
+func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.obs.pending.Load(), 0)) }
+
+// CancelForKey stops watching key and returns the operations that were
+// watching it. Their timeouts are cancelled; they are not completed (no
+// callback runs) and stay watched on their other keys, as in Kafka.
+func (p *Purgatory[K, T]) CancelForKey(key K) []T {
+	bases := p.watchers.Cancel(key)
+	if len(bases) == 0 {
+		return nil
+	}
+	out := make([]T, 0, len(bases))
+	for _, b := range bases {
+		if b.CancelParked() {
+			p.obs.pending.Add(-1)
+		}
+		p.obs.cancelled.Add(1)
+		if op, ok := b.OperationBase().Self().(T); ok {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// Stats returns the purgatory's counters. Each is read atomically; the set
+// is not a single snapshot.
+func (p *Purgatory[K, T]) Stats() Stats {
+	return Stats{
+		Pending:        p.NumDelayed(),
+		Watched:        p.Watched(),
+		CompletedEarly: p.obs.early.Load(),
+		Expired:        p.obs.expired.Load(),
+		Purged:         p.obs.purged.Load(),
+		Cancelled:      p.obs.cancelled.Load(),
+		Panics:         p.obs.panics.Load(),
+	}
+}
+
+// AdvanceClock advances the timer, waiting up to timeout for a due bucket,
+// and purges completed operations from the watch lists once Kafka's
+// estimate says enough have piled up. The reaper calls it in a loop; call
+// it yourself only with WithoutReaper.
+func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
+	if p.timer != nil {
+		p.timer.AdvanceClock(timeout)
+	}
+	p.maybePurge()
+}
+
+func (p *Purgatory[K, T]) maybePurge() {
+	delayed := int64(p.NumDelayed())
+	if p.estimated.Load()-delayed > p.purgeInterval {
+		p.estimated.Store(delayed)
+		if n := p.watchers.Purge(); n > 0 {
+			p.obs.purged.Add(uint64(n))
+		}
+	}
+}
+
+// reap is Kafka's ExpiredOperationReaper.
+func (p *Purgatory[K, T]) reap() {
+	defer close(p.reaped)
+	for {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if p.timer != nil {
+			p.timer.AdvanceClock(timer.ReaperPoll)
+		} else {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(timer.ReaperPoll):
+			}
+		}
+		p.maybePurge()
+	}
+}
+
+// Shutdown stops the reaper and the timer and, unless
+// WithLeavePendingOnShutdown was given, expires every pending operation
+// (OnComplete, then OnExpiration) so that no parked request is left
+// hanging. Afterwards TryCompleteElseWatch returns ErrShutdown. Shutdown is
+// idempotent; if ctx ends before the reaper has stopped, it returns
+// ctx.Err() and a later call may finish the job.
+func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		p.closed.Store(true)
+		close(p.done)
+		// Closing the timer wakes a reaper waiting in AdvanceClock, and
+		// waits for expiries already handed to the executor. A callback that
+		// never returns would hold it up, hence the goroutine and ctx.
+		go func() {
+			if p.timer != nil {
+				_ = p.timer.Close()
+			}
+			<-p.reaped
+			close(p.stopped)
+		}()
+	})
+	select {
+	case <-p.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !p.leavePending {
+		p.watchers.Each(func(b *operation.Base) { b.Run() })
+	}
+	return nil
+}
+
+// isNil reports whether d is nil or a nil pointer in an interface, which
+// would panic on the first method call.
+func isNil(d operation.DelayedOperation) bool {
+	if d == nil {
+		return true
+	}
+	v := reflect.ValueOf(d)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

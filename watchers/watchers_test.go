@@ -1,0 +1,128 @@
+package watchers_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/watchers"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type op struct {
+	operation.Base
+	ready     atomic.Bool
+	completes atomic.Int32
+}
+
+func newOp() *op {
+	o := &op{}
+	o.Init(o, time.Hour)
+	return o
+}
+
+func (o *op) TryComplete() bool {
+	if o.ready.Load() {
+		return o.ForceComplete()
+	}
+	return false
+}
+func (o *op) OnComplete()   { o.completes.Add(1) }
+func (o *op) OnExpiration() {}
+
+func TestWatchCheckCancelPurge(t *testing.T) {
+	w := watchers.New[string](4)
+	a, b := newOp(), newOp()
+	w.Watch(&a.Base, []string{"x", "y"})
+	w.Watch(&b.Base, []string{"x"})
+	assert.Equal(t, 3, w.Watched())
+	assert.Equal(t, 2, w.Keys())
+	assert.Equal(t, 0, w.Check("x"))
+	a.ready.Store(true)
+	assert.Equal(t, 1, w.Check("x"))
+	assert.Equal(t, 1, w.Watched(), "a left both keys when it completed")
+	assert.Equal(t, 1, w.Keys(), "y is removed once empty")
+	assert.Equal(t, []*operation.Base{&b.Base}, w.Cancel("x"))
+	assert.Nil(t, w.Cancel("x"))
+	assert.Equal(t, 0, w.Watched())
+	assert.Equal(t, 0, w.Keys())
+	assert.Equal(t, 0, w.Purge())
+}
+
+// Regression: removing an emptied key must not race a Watch on the same
+// key. Goroutines watch and complete operations on one key at once; every
+// operation left uncompleted must still be found by a check.
+func TestRemoveEmptyKeyRacingWatch(t *testing.T) {
+	w := watchers.New[string](1)
+	const goroutines, perG = 4, 2000
+	var wg sync.WaitGroup
+	kept := make([][]*op, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				o := newOp()
+				w.Watch(&o.Base, []string{"k"})
+				if i%2 == 0 {
+					o.ForceComplete() // empties the list now and then
+				} else {
+					kept[g] = append(kept[g], o)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, goroutines*perG/2, w.Watched())
+	for _, os := range kept {
+		for _, o := range os {
+			o.ready.Store(true)
+		}
+	}
+	assert.Equal(t, goroutines*perG/2, w.Check("k"), "no operation was lost with a removed list")
+	assert.Equal(t, 0, w.Keys())
+}
+
+// A callback may use the same Watchers: no shard lock is held while
+// TryComplete, OnComplete or OnExpiration run.
+func TestCallbacksMayReenter(t *testing.T) {
+	w := watchers.New[string](1)
+	inner := newOp()
+	w.Watch(&inner.Base, []string{"k"})
+	outer := &reentrant{w: w, inner: inner}
+	outer.Init(outer, time.Hour)
+	w.Watch(&outer.Base, []string{"k"})
+	done := make(chan int)
+	go func() { done <- w.Check("k") }()
+	select {
+	case n := <-done:
+		assert.GreaterOrEqual(t, n, 1)
+	case <-time.After(30 * time.Second):
+		t.Fatal("deadlock")
+	}
+	require.True(t, inner.IsCompleted())
+}
+
+type reentrant struct {
+	operation.Base
+	w     *watchers.Watchers[string]
+	inner *op
+}
+
+func (r *reentrant) TryComplete() bool {
+	r.w.Watched()
+	return r.ForceComplete()
+}
+func (r *reentrant) OnComplete() {
+	r.inner.ready.Store(true)
+	r.w.Check("k")
+	r.w.Watch(&newOp().Base, []string{"other"})
+}
+func (r *reentrant) OnExpiration() {}
