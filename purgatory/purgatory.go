@@ -52,7 +52,9 @@ type Stats struct {
 // observer counts what operations report. It is separate from Purgatory so
 // that its methods stay out of the purgatory's API.
 type observer struct {
-	p         interface{ recovered(operation.DelayedOperation, string, any) }
+	p interface {
+		recovered(operation.DelayedOperation, string, any)
+	}
 	pending   atomic.Int64
 	early     atomic.Uint64
 	expired   atomic.Uint64

@@ -2,8 +2,8 @@ package timer_test
 
 import (
 	"math/rand/v2"
-	"slices"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
