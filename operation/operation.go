@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -40,27 +41,13 @@ var (
 	ErrNotInitialised = errors.New("operation: Base.Init not called")
 )
 
-// Observer is told by a Base when its operation completes or a callback
-// panics. Package purgatory implements it to keep its counters; user code
-// does not need it.
-type Observer interface {
-	// Completed is called once per operation, after OnComplete (and
-	// OnExpiration, if expired) returned or panicked.
-	Completed(expired bool)
-	// Recovered is called with the value of a recovered panic from a
-	// TryComplete, OnComplete or OnExpiration call.
-	Recovered(op DelayedOperation, callback string, v any)
-}
-
-// Unwatcher removes an operation from every watch list it is on. Package
-// watchers attaches one to a Base; user code does not need it.
-type Unwatcher interface{ Unwatch() }
-
-// Base state bits.
+// Base state bits, kept in the TaskBase's spare flags word.
 const (
-	stCompleted uint32 = 1 << iota
-	stExpired
-	stParked // handed to a purgatory: counted in its NumDelayed
+	stCompleted  uint32 = 1 << iota
+	stExpired           // the timeout completed it
+	stParked            // counted in a Tracker's Pending
+	stTryPending        // a check found the lock held; the holder checks again
+	stCustomLock        // h points into a lockedHandle
 )
 
 // Base gives a DelayedOperation Kafka's semantics. Embed it and call Init
@@ -75,32 +62,59 @@ const (
 //
 // The zero Base is not ready: a purgatory refuses it with ErrNotInitialised.
 // A Base must not be copied after Init.
+//
+// Base is 80 bytes: the timer's 64-byte TaskBase (whose owner field serves
+// as the reference to the outer operation, and whose spare word holds
+// Base's state and its lock), and pointers to the Tracker of the purgatory
+// holding it and to its Handle.
 type Base struct {
 	timer.TaskBase
+	t atomic.Pointer[Tracker] // set by Park
+	h atomic.Pointer[Handle]  // set by Park (or Init, for a custom lock)
+}
 
-	self  DelayedOperation
-	lock  sync.Locker // &mu unless a shared lock was given
-	mu    sync.Mutex
-	state atomic.Uint32
+// Handle is what watch lists hold instead of the operation itself. When
+// the operation completes its Handle lets go of it, so the operation is
+// unreachable from every list at once, without taking a list's lock; the
+// 8-byte Handle stays on the lists until they are next compacted (on a
+// check of the key, or by the purge). Package watchers and purgatory use
+// it; user code does not.
+type Handle struct {
+	op atomic.Pointer[Base] // nil once the operation has completed
+}
 
-	// tryPending is set when a check could not take the lock because
-	// someone else held it; the holder checks again after unlocking, so no
-	// wake-up is lost (Kafka's maybeTryComplete).
-	tryPending atomic.Bool
+// Op returns the operation, or nil once it has completed.
+func (h *Handle) Op() *Base { return h.op.Load() }
 
-	// obs and watch are set by the purgatory while it parks the operation.
-	// wmu guards watch and orders its setting with completion.
-	obs   Observer
-	wmu   sync.Mutex
-	watch Unwatcher
+// lockedHandle carries a lock given to WithLock. Base.h points at its
+// first field, so one pointer serves both.
+type lockedHandle struct {
+	Handle
+	lock sync.Locker
+}
+
+// Tracker counts what a purgatory's operations report. Package purgatory
+// owns one; user code does not need it.
+type Tracker struct {
+	Pending atomic.Int64  // parked and not yet completed or cancelled
+	Early   atomic.Uint64 // completed other than by the timeout
+	Expired atomic.Uint64 // completed by the timeout
+	Panics  atomic.Uint64 // recovered callback panics
+
+	// OnPanic is called with every recovered panic. It must be set before
+	// the Tracker is used and not changed afterwards.
+	OnPanic func(op DelayedOperation, callback string, v any)
 }
 
 // InitOption configures Init.
-type InitOption interface{ apply(*Base) }
+type InitOption interface{ initOption() }
 
-type initFunc func(*Base)
+// lockOption is the only InitOption so far. Options are concrete values
+// rather than functions applied to a config, so that Init allocates
+// nothing: it runs once per request.
+type lockOption struct{ lock sync.Locker }
 
-func (f initFunc) apply(b *Base) { f(b) }
+func (lockOption) initOption() {}
 
 // WithLock makes the operation use l instead of its own mutex, so that
 // several operations can share one lock (Kafka's lockOpt, used by the group
@@ -108,14 +122,8 @@ func (f initFunc) apply(b *Base) { f(b) }
 // lock may trigger checks of the other operations that share it. With a
 // lock that has TryLock but is not a SharedLock, a check that finds the
 // lock held by another operation's goroutine is dropped, and waits for the
-// next CheckAndComplete.
-func WithLock(l sync.Locker) InitOption {
-	return initFunc(func(b *Base) {
-		if l != nil {
-			b.lock = l
-		}
-	})
-}
+// next CheckAndComplete. A lock without TryLock is waited for.
+func WithLock(l sync.Locker) InitOption { return lockOption{l} }
 
 // Init binds the Base to the operation that embeds it and sets its timeout.
 // A timeout of zero or less expires the operation as soon as it is parked.
@@ -124,35 +132,58 @@ func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOp
 	if self == nil || self.OperationBase() != b {
 		panic("operation: Init must be given the operation that embeds this Base")
 	}
-	b.self = self
-	b.lock = &b.mu
-	b.SetDelay(timeout)
+	var lock sync.Locker
 	for _, o := range opts {
-		o.apply(b)
+		if lo, ok := o.(lockOption); ok {
+			lock = lo.lock
+		}
+	}
+	b.Bind(self)
+	b.SetDelay(timeout)
+	if lock != nil {
+		lh := &lockedHandle{lock: lock}
+		b.h.Store(&lh.Handle)
+		b.flags().Or(stCustomLock)
 	}
 }
+
+func (b *Base) flags() *atomic.Uint32 { return b.TaskBase.Flags() }
+
+// self returns the operation that embeds b. The timer's owner field holds
+// it, so Base needs no field of its own for it.
+func (b *Base) self() DelayedOperation { return b.Owner().(DelayedOperation) }
 
 // OperationBase returns b. It lets this module's packages reach the
 // bookkeeping of any DelayedOperation.
 func (b *Base) OperationBase() *Base { return b }
 
 // Self returns the operation that embeds b, as given to Init.
-func (b *Base) Self() DelayedOperation { return b.self }
+func (b *Base) Self() DelayedOperation {
+	if b.Owner() == nil {
+		return nil
+	}
+	return b.self()
+}
 
 // Initialised reports whether Init has been called.
-func (b *Base) Initialised() bool { return b.self != nil }
+func (b *Base) Initialised() bool { return b.Owner() != nil }
 
 // Lock returns the lock TryComplete runs under.
-func (b *Base) Lock() sync.Locker { return b.lock }
+func (b *Base) Lock() sync.Locker {
+	if b.flags().Load()&stCustomLock != 0 {
+		return (*lockedHandle)(unsafe.Pointer(b.h.Load())).lock
+	}
+	return (*opLock)(b)
+}
 
 // IsCompleted reports whether the operation has completed, by any path.
-func (b *Base) IsCompleted() bool { return b.state.Load()&stCompleted != 0 }
+func (b *Base) IsCompleted() bool { return b.flags().Load()&stCompleted != 0 }
 
 // IsExpired reports whether the timeout completed the operation.
-func (b *Base) IsExpired() bool { return b.state.Load()&stExpired != 0 }
+func (b *Base) IsExpired() bool { return b.flags().Load()&stExpired != 0 }
 
 // ForceComplete completes the operation if nobody has yet: it cancels the
-// timeout, takes the operation off every watch list, and calls OnComplete.
+// timeout, lets go of the operation's watch entries, and calls OnComplete.
 // It returns true only for the caller that completed it. Unlike sync.Once,
 // a caller that loses returns false at once, without waiting for the
 // winner's OnComplete to finish.
@@ -170,20 +201,24 @@ func (b *Base) forceComplete(expired bool) bool {
 	if expired {
 		bits |= stExpired
 	}
+	f := b.flags()
 	for {
-		s := b.state.Load()
+		s := f.Load()
 		if s&stCompleted != 0 {
 			return false
 		}
-		if b.state.CompareAndSwap(s, s|bits) {
+		if f.CompareAndSwap(s, s|bits) {
 			break
 		}
 	}
 	b.Cancel()
-	b.detach()
-	b.call(b.self.OnComplete, "OnComplete")
+	if h := b.h.Load(); h != nil {
+		h.op.Store(nil) // off every watch list at once (KAFKA-19389)
+	}
+	t := b.t.Load()
+	b.call(t, b.self().OnComplete, "OnComplete")
 	if !expired {
-		b.notify(false)
+		b.notify(t, false)
 	}
 	return true
 }
@@ -194,49 +229,60 @@ func (b *Base) forceComplete(expired bool) bool {
 // KAFKA-19312), then completes the operation and, if that won, calls
 // OnExpiration.
 func (b *Base) Run() {
-	b.lock.Lock()
-	defer b.lock.Unlock()
-	b.expire()
-}
-
-// expire is Run without the lock. The caller holds b.lock.
-func (b *Base) expire() {
+	l := b.Lock()
+	l.Lock()
+	defer l.Unlock()
 	if b.forceComplete(true) {
-		b.call(b.self.OnExpiration, "OnExpiration")
-		b.notify(true)
+		t := b.t.Load()
+		b.call(t, b.self().OnExpiration, "OnExpiration")
+		b.notify(t, true)
 	}
 }
 
-// call runs a user callback, recovering a panic when a purgatory observes
+// call runs a user callback, recovering a panic when a purgatory tracks
 // the operation, so that one bad callback cannot take down the goroutine
 // that was completing many operations.
-func (b *Base) call(f func(), name string) {
-	if b.obs == nil {
+func (b *Base) call(t *Tracker, f func(), name string) {
+	if t == nil {
 		f()
 		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			b.obs.Recovered(b.self, name, r)
+			t.recovered(b, name, r)
 		}
 	}()
 	f()
 }
 
-func (b *Base) notify(expired bool) {
-	if b.obs != nil && b.setStateClear(stParked) {
-		b.obs.Completed(expired)
+func (t *Tracker) recovered(b *Base, callback string, v any) {
+	t.Panics.Add(1)
+	if t.OnPanic != nil {
+		t.OnPanic(b.self(), callback, v)
 	}
 }
 
-// setStateClear clears bit and reports whether this call cleared it.
-func (b *Base) setStateClear(bit uint32) bool {
+func (b *Base) notify(t *Tracker, expired bool) {
+	if t == nil || !b.clear(stParked) {
+		return
+	}
+	t.Pending.Add(-1)
+	if expired {
+		t.Expired.Add(1)
+	} else {
+		t.Early.Add(1)
+	}
+}
+
+// clear clears bit and reports whether this call cleared it.
+func (b *Base) clear(bit uint32) bool {
+	f := b.flags()
 	for {
-		s := b.state.Load()
+		s := f.Load()
 		if s&bit == 0 {
 			return false
 		}
-		if b.state.CompareAndSwap(s, s&^bit) {
+		if f.CompareAndSwap(s, s&^bit) {
 			return true
 		}
 	}
@@ -249,25 +295,25 @@ func (b *Base) setStateClear(bit uint32) bool {
 // that the holder acts on after unlocking (Kafka's maybeTryComplete). That
 // is what keeps a callback that calls CheckAndComplete from deadlocking on
 // a lock its own goroutine holds: Go's mutexes are not re-entrant, Kafka's
-// are. The note is the operation's own flag for its own lock, and the
-// SharedLock's list for a SharedLock. A lock given to WithLock that has no
-// TryLock method is simply waited for.
+// are. The note is a flag in the operation for its own lock, and the
+// SharedLock's list for a SharedLock.
 func (b *Base) SafeTryComplete() bool {
-	tl, ok := b.lock.(interface{ TryLock() bool })
+	l := b.Lock()
+	tl, ok := l.(interface{ TryLock() bool })
 	if !ok {
-		b.lock.Lock()
-		defer b.lock.Unlock()
+		l.Lock()
+		defer l.Unlock()
 		return !b.IsCompleted() && b.tryComplete()
 	}
-	shared, _ := b.lock.(*SharedLock)
+	shared, _ := l.(*SharedLock)
 	done := false
 	for !b.IsCompleted() {
 		if tl.TryLock() {
-			b.tryPending.Store(false)
+			b.clear(stTryPending)
 			done = !b.IsCompleted() && b.tryComplete()
-			b.lock.Unlock()
+			l.Unlock()
 			// Someone may have left a note while we held the lock.
-			if shared != nil || !b.tryPending.Load() {
+			if shared != nil || b.flags().Load()&stTryPending == 0 {
 				break
 			}
 			continue
@@ -279,12 +325,12 @@ func (b *Base) SafeTryComplete() bool {
 			if !tl.TryLock() {
 				break
 			}
-			b.lock.Unlock() // drains the list, which includes b
+			l.Unlock() // drains the list, which includes b
 			break
 		}
 		// The holder will see the note after it unlocks. If the note was
 		// already there, the holder is bound to see it: no need to retry.
-		if b.tryPending.Swap(true) {
+		if b.flags().Or(stTryPending)&stTryPending != 0 {
 			break
 		}
 		// We set the note, but the holder may have unlocked just before:
@@ -298,11 +344,12 @@ func (b *Base) SafeTryComplete() bool {
 // purgatory passes as f the function that watches the operation's keys:
 // because the lock is held from the first check to the last, a
 // CheckAndComplete that runs between them either finds the operation
-// watched or is seen by the last check (see the story about locks in
+// watched or is seen by the last check (see the story about the lock in
 // package purgatory).
 func (b *Base) SafeTryCompleteOrElse(f func()) bool {
-	b.lock.Lock()
-	defer b.unlockAndRecheck()
+	l := b.Lock()
+	l.Lock()
+	defer b.unlockAndRecheck(l)
 	if b.tryComplete() {
 		return true
 	}
@@ -312,78 +359,68 @@ func (b *Base) SafeTryCompleteOrElse(f func()) bool {
 
 // unlockAndRecheck unlocks and, if a check was skipped because we held the
 // lock, makes it.
-func (b *Base) unlockAndRecheck() {
-	b.lock.Unlock()
-	if b.tryPending.Load() && !b.IsCompleted() {
+func (b *Base) unlockAndRecheck(l sync.Locker) {
+	l.Unlock()
+	if b.flags().Load()&(stTryPending|stCompleted) == stTryPending {
 		b.SafeTryComplete()
 	}
 }
 
 func (b *Base) tryComplete() (done bool) {
-	if b.obs != nil {
+	if t := b.t.Load(); t != nil {
 		defer func() {
 			if r := recover(); r != nil {
-				b.obs.Recovered(b.self, "TryComplete", r)
+				t.recovered(b, "TryComplete", r)
 				done = false
 			}
 		}()
 	}
-	return b.self.TryComplete()
+	return b.self().TryComplete()
 }
 
-// Park records the observer of a purgatory that is about to watch the
-// operation. It fails if the operation is already parked or completed.
-// Package purgatory calls it; user code does not.
-func (b *Base) Park(obs Observer) bool {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	if b.obs != nil || b.IsCompleted() {
-		return false
+// Park prepares the operation to be watched by a purgatory that counts in
+// t, and returns the Handle its watch lists will hold. It fails if the
+// operation is already parked or completed. Package purgatory calls it.
+func (b *Base) Park(t *Tracker) (*Handle, bool) {
+	f := b.flags()
+	for {
+		s := f.Load()
+		if s&(stParked|stCompleted) != 0 {
+			return nil, false
+		}
+		if f.CompareAndSwap(s, s|stParked) {
+			break
+		}
 	}
-	b.obs = obs
-	b.state.Or(stParked)
-	return true
-}
-
-// AttachWatch records how to take the operation off its watch lists. It
-// reports false, and records nothing, if the operation completed meanwhile:
-// the caller must then call u.Unwatch itself. Package watchers calls it.
-func (b *Base) AttachWatch(u Unwatcher) bool {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	if b.IsCompleted() {
-		return false
+	// A Handle is made per Park and published whole, so that a concurrent
+	// ForceComplete sees either no Handle or a complete one, and so that
+	// lists still holding the Handle of an earlier Park (after Unpark) do
+	// not count towards this one.
+	var h *Handle
+	if s := f.Load(); s&stCustomLock != 0 {
+		lh := &lockedHandle{lock: (*lockedHandle)(unsafe.Pointer(b.h.Load())).lock}
+		h = &lh.Handle
+	} else {
+		h = &Handle{}
 	}
-	b.watch = u
-	return true
+	h.op.Store(b)
+	b.h.Store(h)
+	b.t.Store(t)
+	t.Pending.Add(1)
+	return h, true
 }
 
-// Unpark takes back a Park whose operation was never watched (the purgatory
-// refused it) so that it can be offered again.
-func (b *Base) Unpark() {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	b.obs = nil
-	b.state.And(^stParked)
-}
-
-// CancelParked stops counting the operation as delayed without completing
-// it (Kafka's cancelForKey): it cancels the timeout and reports whether
-// this call took it out of the count.
-func (b *Base) CancelParked() bool {
+// Unpark takes the operation out of its purgatory's count without
+// completing it (Kafka's cancelForKey): it cancels the timeout and reports
+// whether this call did so. The operation stays on the watch lists of its
+// other keys, as in Kafka, and may be parked again.
+func (b *Base) Unpark() bool {
 	b.Cancel()
-	return b.setStateClear(stParked)
-}
-
-// detach takes the operation off every watch list, at completion, so that
-// nothing keeps a completed operation reachable until a purge (Kafka's
-// KAFKA-19389 ran brokers out of memory that way).
-func (b *Base) detach() {
-	b.wmu.Lock()
-	u := b.watch
-	b.watch = nil
-	b.wmu.Unlock()
-	if u != nil {
-		u.Unwatch()
+	if !b.clear(stParked) {
+		return false
 	}
+	if t := b.t.Load(); t != nil {
+		t.Pending.Add(-1)
+	}
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
@@ -98,4 +99,39 @@ func TestInitChecksSelf(t *testing.T) {
 func TestKeysPrint(t *testing.T) {
 	assert.Equal(t, "orders-3", operation.TopicPartitionKey{Topic: "orders", Partition: 3}.String())
 	assert.Equal(t, "g-m", operation.MemberKey{GroupID: "g", MemberID: "m"}.String())
+}
+
+// Base stays at 80 bytes: TaskBase plus two pointers.
+func TestBaseIs80Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
+}
+
+// The operation's own lock excludes, blocks and wakes like a mutex.
+func TestOwnLockExcludes(t *testing.T) {
+	o := newOp(time.Second)
+	l := o.Lock()
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				l.Lock()
+				n := inside.Add(1)
+				if n > maxInside.Load() {
+					maxInside.Store(n)
+				}
+				inside.Add(-1)
+				l.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), maxInside.Load())
+	tl := l.(interface{ TryLock() bool })
+	assert.True(t, tl.TryLock())
+	assert.False(t, tl.TryLock())
+	l.Unlock()
+	assert.Panics(t, func() { l.Unlock() })
 }

@@ -25,7 +25,9 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	logger   *slog.Logger
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
-	obs      observer
+	tracker  operation.Tracker
+	purged   atomic.Uint64
+	cancels  atomic.Uint64
 
 	purgeInterval int64
 	estimated     atomic.Int64 // Kafka's estimatedTotalOperations
@@ -47,34 +49,6 @@ type Stats struct {
 	Purged         uint64 // entries removed by the backstop purge
 	Cancelled      uint64 // operations returned by CancelForKey
 	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
-}
-
-// observer counts what operations report. It is separate from Purgatory so
-// that its methods stay out of the purgatory's API.
-type observer struct {
-	p interface {
-		recovered(operation.DelayedOperation, string, any)
-	}
-	pending   atomic.Int64
-	early     atomic.Uint64
-	expired   atomic.Uint64
-	purged    atomic.Uint64
-	cancelled atomic.Uint64
-	panics    atomic.Uint64
-}
-
-func (o *observer) Completed(expired bool) {
-	o.pending.Add(-1)
-	if expired {
-		o.expired.Add(1)
-	} else {
-		o.early.Add(1)
-	}
-}
-
-func (o *observer) Recovered(op operation.DelayedOperation, callback string, v any) {
-	o.panics.Add(1)
-	o.p.recovered(op, callback, v)
 }
 
 // New returns a purgatory named name. Unless told otherwise it creates a
@@ -103,7 +77,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	if p.logger == nil {
 		p.logger = slog.Default()
 	}
-	p.obs.p = p
+	p.tracker.OnPanic = p.recovered
 	switch {
 	case c.noTimer:
 	case c.timer != nil:
@@ -113,7 +87,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 			timer.WithLogger(p.logger),
 			timer.WithPanicHandler(func(task timer.Task, v any) {
 				// Base recovers callback panics itself; this catches the rest.
-				p.obs.panics.Add(1)
+				p.tracker.Panics.Add(1)
 				p.logger.Error("purgatory: expiry panicked", "purgatory", name, "panic", v)
 			}),
 		}, c.timerOpts...)
@@ -164,13 +138,12 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if p.closed.Load() {
 		return false, ErrShutdown
 	}
-	if !b.Park(&p.obs) {
+	h, ok := b.Park(&p.tracker)
+	if !ok {
 		return false, ErrAlreadyWatched
 	}
-	p.obs.pending.Add(1)
-
 	if b.SafeTryCompleteOrElse(func() {
-		p.watchers.Watch(b, keys)
+		p.watchers.Watch(h, keys)
 		p.estimated.Add(1)
 	}) {
 		return true, nil
@@ -203,13 +176,14 @@ func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
 }
 
 // Watched returns the number of watch entries, counting an operation once
-// per key (Kafka's PurgatorySize). Completed operations are unlinked at
-// once, so this is never larger than Kafka's figure.
+// per key (Kafka's PurgatorySize). As in Kafka, entries of completed
+// operations count until a check of their key or a purge drops them; the
+// operations themselves are released at completion.
 func (p *Purgatory[K, T]) Watched() int { return p.watchers.Watched() }
 
 // NumDelayed returns the number of parked operations that have not
 // completed (Kafka's NumDelayedOperations).
-func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.obs.pending.Load(), 0)) }
+func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.tracker.Pending.Load(), 0)) }
 
 // CancelForKey stops watching key and returns the operations that were
 // watching it. Their timeouts are cancelled; they are not completed (no
@@ -221,11 +195,10 @@ func (p *Purgatory[K, T]) CancelForKey(key K) []T {
 	}
 	out := make([]T, 0, len(bases))
 	for _, b := range bases {
-		if b.CancelParked() {
-			p.obs.pending.Add(-1)
+		if b.Unpark() {
+			p.cancels.Add(1)
 		}
-		p.obs.cancelled.Add(1)
-		if op, ok := b.OperationBase().Self().(T); ok {
+		if op, ok := b.Self().(T); ok {
 			out = append(out, op)
 		}
 	}
@@ -238,11 +211,11 @@ func (p *Purgatory[K, T]) Stats() Stats {
 	return Stats{
 		Pending:        p.NumDelayed(),
 		Watched:        p.Watched(),
-		CompletedEarly: p.obs.early.Load(),
-		Expired:        p.obs.expired.Load(),
-		Purged:         p.obs.purged.Load(),
-		Cancelled:      p.obs.cancelled.Load(),
-		Panics:         p.obs.panics.Load(),
+		CompletedEarly: p.tracker.Early.Load(),
+		Expired:        p.tracker.Expired.Load(),
+		Purged:         p.purged.Load(),
+		Cancelled:      p.cancels.Load(),
+		Panics:         p.tracker.Panics.Load(),
 	}
 }
 
@@ -262,7 +235,7 @@ func (p *Purgatory[K, T]) maybePurge() {
 	if p.estimated.Load()-delayed > p.purgeInterval {
 		p.estimated.Store(delayed)
 		if n := p.watchers.Purge(); n > 0 {
-			p.obs.purged.Add(uint64(n))
+			p.purged.Add(uint64(n))
 		}
 	}
 }

@@ -126,14 +126,15 @@ func TestRequestExpiry(t *testing.T) {
 		assert.Equal(t, int32(1), r.expiries.Load())
 	}
 	assert.Equal(t, 0, p.NumDelayed())
-	assert.Equal(t, 0, p.Watched(), "expired operations leave their lists")
 	assert.Equal(t, uint64(2), p.Stats().Expired)
+	assert.Equal(t, 0, p.CheckAndComplete("test1"))
+	assert.Equal(t, 1, p.Watched(), "checking a key drops its entries of expired operations")
 }
 
-// Reference: Kafka DelayedOperationTest.testRequestPurge, with this
-// project's difference: completing an operation through one key unlinks
-// it from all its keys at once, so nothing waits for a purge.
-func TestCompletionUnlinksFromEveryKey(t *testing.T) {
+// Reference: Kafka DelayedOperationTest.testRequestPurge: entries of
+// completed operations are dropped by the purge once the estimate of
+// completed operations passes the purge interval.
+func TestRequestPurge(t *testing.T) {
 	p, _ := newMockPurgatory(t, purgatory.WithPurgeInterval(0))
 	r1, r2, r3 := newOp(time.Hour), newOp(time.Hour), newOp(time.Hour)
 	mustPark(t, p, r1, "test1")
@@ -143,13 +144,12 @@ func TestCompletionUnlinksFromEveryKey(t *testing.T) {
 	assert.Equal(t, 3, p.NumDelayed())
 
 	assert.True(t, r1.ForceComplete())
-	assert.Equal(t, 5, p.Watched())
 	assert.True(t, r2.ForceComplete())
-	assert.Equal(t, 3, p.Watched(), "r2 left test1 and test2 at once")
 	assert.Equal(t, 1, p.NumDelayed())
+	assert.Equal(t, 6, p.Watched(), "as in Kafka, entries count until purged")
 
-	p.AdvanceClock(0) // runs the purge check: nothing left to purge
-	assert.Equal(t, uint64(0), p.Stats().Purged)
+	p.AdvanceClock(0) // estimated 3 - delayed 1 > interval 0: purge
+	assert.Equal(t, uint64(3), p.Stats().Purged)
 	assert.Equal(t, 3, p.Watched())
 }
 
@@ -167,7 +167,7 @@ func TestCompletedOperationBecomesUnreachable(t *testing.T) {
 		runtime.GC()
 		return wp.Value() == nil
 	}, 10*time.Second, time.Millisecond, "a completed operation is still referenced")
-	assert.Equal(t, 0, p.Watched())
+	assert.Equal(t, 1, p.Watched(), "only b's tombstone is left, until b is checked or purged")
 }
 
 // Reference: Kafka DelayedOperationTest.shouldCancelForKeyReturningCancelledOperations
@@ -182,6 +182,7 @@ func TestCancelForKey(t *testing.T) {
 	assert.Equal(t, []*mockOp{a, b}, got)
 	assert.Equal(t, 1, p.NumDelayed())
 	assert.Equal(t, 1, p.Watched())
+	assert.Equal(t, uint64(2), p.Stats().Cancelled)
 	assert.Nil(t, p.CancelForKey("key"))
 	assert.Nil(t, p.CancelForKey("missing"))
 	mt.Advance(time.Hour)
@@ -485,5 +486,8 @@ func TestHeterogeneousKeys(t *testing.T) {
 	op.completable.Store(true)
 	assert.Equal(t, 0, p.CheckAndComplete(operation.TopicPartitionKey{Topic: "t", Partition: 2}))
 	assert.Equal(t, 1, p.CheckAndComplete(operation.TopicPartitionKey{Topic: "t", Partition: 1}))
+	assert.Equal(t, 2, p.Watched(), "the other keys hold tombstones until checked")
+	p.CheckAndComplete(operation.GroupJoinKey{GroupID: "g"})
+	p.CheckAndComplete("plain")
 	assert.Equal(t, 0, p.Watched())
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -318,4 +319,9 @@ func TestHugeDelaySaturates(t *testing.T) {
 	assert.Equal(t, int32(0), p.runs.Load())
 	assert.True(t, p.Cancel())
 	assert.Equal(t, 0, st.Size())
+}
+
+// TaskBase stays at 64 bytes: one size class, and the heap target.
+func TestTaskBaseIs64Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(TaskBase{}))
 }

@@ -45,6 +45,11 @@ type TaskBase struct {
 	// compare-and-swap, so Cancel and the flush that fires a task need no lock.
 	word atomic.Uint32
 
+	// flags is not used by the timer: it fills what would be padding, and
+	// Flags hands it to the embedding type (package operation keeps its
+	// state there).
+	flags atomic.Uint32
+
 	// list is the bucket the entry is linked into, or nil. It is written only
 	// by a goroutine that holds that bucket's mu (to link or unlink it), and is
 	// read without a lock to find which bucket to lock.
@@ -61,10 +66,24 @@ type TaskBase struct {
 	// delay is the task's delay. SetDelay must not race with Add.
 	delay time.Duration
 
-	// owner is the Task that embeds this TaskBase, recorded by Add so that an
-	// expiry can call Run. Same guard as expire.
+	// owner is the Task that embeds this TaskBase, recorded by Bind or by
+	// the first Add so that an expiry can call Run. Add writes it only when
+	// it changes, so once bound it is only ever read.
 	owner Task
 }
+
+// Bind records the Task that embeds b. Add does the same; call Bind first
+// when something needs Owner before the task is added. Bind must not race
+// with Add.
+func (b *TaskBase) Bind(owner Task) { b.owner = owner }
+
+// Owner returns the Task that embeds b, once Bind or Add has recorded it.
+func (b *TaskBase) Owner() Task { return b.owner }
+
+// Flags returns 32 bits of state that the timer never touches. A type that
+// embeds TaskBase may keep its own flags there without growing past 64
+// bytes; package operation does.
+func (b *TaskBase) Flags() *atomic.Uint32 { return &b.flags }
 
 func (b *TaskBase) base() *TaskBase { return b }
 

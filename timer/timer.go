@@ -147,7 +147,9 @@ func (t *SystemTimer) Add(task Task) error {
 		return ErrClosed
 	}
 	e.lockAdd()
-	e.owner = task
+	if e.owner != task {
+		e.owner = task
+	}
 	e.expire = t.deadlineTick(e.delay)
 	due := e.delay <= 0
 	for {
@@ -306,7 +308,6 @@ func (t *SystemTimer) Close() error {
 			t.flushed = w.buckets[i].flush(t.flushed[:0])
 			for _, e := range t.flushed {
 				e.Cancel()
-				e.owner = nil
 			}
 		}
 	})

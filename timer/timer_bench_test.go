@@ -35,7 +35,7 @@ func BenchmarkAddCancel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer tm.Close()
+			defer func() { b.StopTimer(); _ = tm.Close() }()
 			r := rand.New(rand.NewPCG(1, 2))
 			others := make([]nopTask, pending)
 			for i := range others {
@@ -83,7 +83,7 @@ func BenchmarkAddCancelParallel(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer tm.Close()
+		defer func() { b.StopTimer(); _ = tm.Close() }()
 		r := rand.New(rand.NewPCG(1, 2))
 		others := make([]nopTask, pending)
 		for i := range others {

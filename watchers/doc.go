@@ -2,10 +2,12 @@
 // watching it, in a map split into shards with a lock each (512 by default,
 // as in Kafka). Package purgatory builds on it; most users need only that.
 //
-// Beyond Kafka, an operation's entries on all its keys are allocated
-// together and attached to the operation, so that completing it through one
-// key unlinks it from the others at once, instead of leaving it reachable
-// until a purge. Watched therefore counts only live entries.
+// Lists hold an operation's operation.Handle rather than the operation.
+// Completing an operation clears its Handle, so it is released from every
+// key at once, without waiting for a purge and without taking any list's
+// lock (Kafka keeps completed operations on their other keys until a purge;
+// KAFKA-19389 ran brokers out of memory that way). What remains is an 8-byte
+// tombstone per key, dropped when the key is next checked or purged.
 //
 // Lock order: an operation's lock, then a shard's lock. No user callback runs
 // under a shard lock: Check copies a key's operations out before calling

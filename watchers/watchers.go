@@ -15,44 +15,38 @@ const DefaultShards = 512
 // have their own lock, so that checks on different keys rarely contend. It
 // is Kafka's WatcherList array plus its Watchers.
 //
-// A Watchers is safe for concurrent use. No user callback ever runs while a
-// shard lock is held: Check copies a key's operations out, unlocks, and only
+// A list holds each operation's operation.Handle, 8 bytes a key. When an
+// operation completes, its Handle lets go of it: from then on the list
+// entries are tombstones, which are dropped the next time the key is
+// checked or purged. Nothing a list holds keeps a completed operation
+// reachable.
+//
+// A Watchers is safe for concurrent use. No user callback runs while a shard
+// lock is held: Check copies a key's live operations out, unlocks, and only
 // then calls TryComplete. Lock order: an operation's lock, then a shard's.
 type Watchers[K comparable] struct {
 	shards  []shard[K]
 	seed    maphash.Seed
-	watched atomic.Int64 // entries on all lists
+	watched atomic.Int64 // entries on all lists, tombstones included
 	bufs    sync.Pool    // *[]*operation.Base snapshots for Check
 }
 
 type shard[K comparable] struct {
-	mu    sync.Mutex
-	lists map[K]*list[K] // guarded by mu; a key is present only while its list is non-empty
-	_     [40]byte       // keep neighbouring shards' locks off one cache line
+	mu sync.Mutex
+	// lists is keyed by the key's 64-bit hash, which also picked the shard,
+	// so a key is hashed once per call; keys whose hashes collide share a
+	// chain. Guarded by mu. An emptied list stays until the purge removes
+	// it, so that a hot key does not free and rebuild its list on every
+	// operation.
+	lists map[uint64]*list[K]
+	n     int      // lists in the map, chains included
+	_     [40]byte // keep neighbouring shards' locks off one cache line
 }
 
-// list holds the entries watching one key, as a circular doubly linked list.
 type list[K comparable] struct {
-	root entry[K]
-	n    int
 	key  K
-}
-
-// entry is one operation on one key's list. An operation watched on k keys
-// has k entries, allocated together in a group.
-type entry[K comparable] struct {
-	op         *operation.Base
-	prev, next *entry[K]
-	list       *list[K]  // guarded by sh.mu; nil once unlinked
-	sh         *shard[K] // set once, before linking
-}
-
-// group is the entries of one operation. It is what the operation's Base
-// keeps, so that completing the operation can unlink it from every key at
-// once instead of leaving it for a purge.
-type group[K comparable] struct {
-	w       *Watchers[K]
-	entries []entry[K]
+	hs   []*operation.Handle
+	next *list[K] // another key with the same hash
 }
 
 // New returns a Watchers with n shards (DefaultShards if n <= 0).
@@ -62,198 +56,244 @@ func New[K comparable](n int) *Watchers[K] {
 	}
 	w := &Watchers[K]{shards: make([]shard[K], n), seed: maphash.MakeSeed()}
 	for i := range w.shards {
-		w.shards[i].lists = make(map[K]*list[K])
+		w.shards[i].lists = make(map[uint64]*list[K])
 	}
 	w.bufs.New = func() any { s := make([]*operation.Base, 0, 16); return &s }
 	return w
 }
 
-func (w *Watchers[K]) shard(key K) *shard[K] {
-	return &w.shards[maphash.Comparable(w.seed, key)%uint64(len(w.shards))]
+func (w *Watchers[K]) locate(key K) (*shard[K], uint64) {
+	h := maphash.Comparable(w.seed, key)
+	return &w.shards[h%uint64(len(w.shards))], h
 }
 
-// Watch adds op to the list of each key. The caller holds op's lock (see
-// package purgatory). If op completed while it was being added, it is taken
-// off again before Watch returns. Duplicate keys are watched once each time
-// they appear, as in Kafka.
-func (w *Watchers[K]) Watch(op *operation.Base, keys []K) {
-	g := &group[K]{w: w, entries: make([]entry[K], len(keys))}
-	for i, k := range keys {
-		e := &g.entries[i]
-		e.op = op
-		e.sh = w.shard(k)
-		e.sh.mu.Lock()
-		l := e.sh.lists[k]
-		if l == nil {
-			l = &list[K]{key: k}
-			l.root.next, l.root.prev = &l.root, &l.root
-			e.sh.lists[k] = l
+// getLocked returns key's list, or nil. The caller holds sh.mu.
+func (sh *shard[K]) getLocked(h uint64, key K) *list[K] {
+	for l := sh.lists[h]; l != nil; l = l.next {
+		if l.key == key {
+			return l
 		}
-		l.pushLocked(e)
-		e.sh.mu.Unlock()
+	}
+	return nil
+}
+
+// getOrAddLocked returns key's list, creating it if needed.
+func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
+	if l := sh.getLocked(h, key); l != nil {
+		return l
+	}
+	l := &list[K]{key: key, next: sh.lists[h]}
+	sh.lists[h] = l
+	sh.n++
+	return l
+}
+
+// removeLocked takes key's list out of the shard.
+func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
+	for pp := (*list[K])(nil); ; {
+		var l *list[K]
+		if pp == nil {
+			l = sh.lists[h]
+		} else {
+			l = pp.next
+		}
+		if l == nil {
+			return nil
+		}
+		if l.key == key {
+			switch {
+			case pp != nil:
+				pp.next = l.next
+			case l.next != nil:
+				sh.lists[h] = l.next
+			default:
+				delete(sh.lists, h)
+			}
+			sh.n--
+			return l
+		}
+		pp = l
+	}
+}
+
+// Watch adds h to the list of each key. The caller holds the operation's
+// lock (see package purgatory). A key given twice is watched twice, as in
+// Kafka. If the operation completes meanwhile, the entries are tombstones
+// from the start and cost 8 bytes each until the next check or purge.
+func (w *Watchers[K]) Watch(h *operation.Handle, keys []K) {
+	for _, k := range keys {
+		sh, hash := w.locate(k)
+		sh.mu.Lock()
+		sh.getOrAddLocked(hash, k).push(h)
+		sh.mu.Unlock()
 	}
 	w.watched.Add(int64(len(keys)))
-	if !op.AttachWatch(g) {
-		g.Unwatch() // completed meanwhile: do not leave it behind
-	}
 }
 
-func (l *list[K]) pushLocked(e *entry[K]) {
-	tail := l.root.prev
-	e.prev, e.next = tail, &l.root
-	tail.next = e
-	l.root.prev = e
-	e.list = l
-	l.n++
+// push appends h, growing the list by an eighth rather than append's
+// quarter once it is large: a hot key holds tens of thousands of entries,
+// and the slack is heap per parked operation. The extra copying is a few
+// pointer moves per entry, amortised.
+func (l *list[K]) push(h *operation.Handle) {
+	if n := len(l.hs); n == cap(l.hs) && n >= 256 {
+		grown := make([]*operation.Handle, n, n+n/8)
+		copy(grown, l.hs)
+		l.hs = grown
+	}
+	l.hs = append(l.hs, h)
 }
 
-// unlinkLocked removes e from its list, and the list from the shard's map
-// when it empties. The caller holds e.sh.mu. It reports whether e was
-// linked.
-func (w *Watchers[K]) unlinkLocked(e *entry[K]) bool {
-	l := e.list
-	if l == nil {
-		return false
+// compactLocked drops tombstones from l, calling live for each live entry,
+// and returns how many it dropped. The caller holds the shard's lock.
+func (l *list[K]) compactLocked(live func(*operation.Base)) int {
+	j := 0
+	for _, h := range l.hs {
+		if op := h.Op(); op != nil {
+			l.hs[j] = h
+			j++
+			if live != nil {
+				live(op)
+			}
+		}
 	}
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	e.prev, e.next, e.list = nil, nil, nil
-	l.n--
-	if l.n == 0 && e.sh.lists[l.key] == l {
-		// Only the list in the map is removed: a Watch that created a new
-		// list for the key after CancelForKey keeps it.
-		delete(e.sh.lists, l.key)
+	dropped := len(l.hs) - j
+	clear(l.hs[j:])
+	l.hs = l.hs[:j]
+	if j > 0 && j < cap(l.hs)/4 && cap(l.hs) > 64 {
+		// Mostly empty after a burst: give the memory back.
+		l.hs = append([]*operation.Handle(nil), l.hs...)
 	}
-	w.watched.Add(-1)
-	return true
+	return dropped
 }
 
-// Unwatch takes every entry of the group off its list.
-func (g *group[K]) Unwatch() {
-	for i := range g.entries {
-		e := &g.entries[i]
-		e.sh.mu.Lock()
-		g.w.unlinkLocked(e)
-		e.sh.mu.Unlock()
-	}
-}
-
-// Check calls SafeTryComplete on every uncompleted operation watching key,
-// and returns how many it completed (Kafka's tryCompleteWatched). Completed
-// operations unlink themselves.
+// Check calls SafeTryComplete on every live operation watching key, and
+// returns how many it completed (Kafka's tryCompleteWatched). It drops the
+// key's tombstones on the way, and the key itself once its list is empty.
 func (w *Watchers[K]) Check(key K) int {
-	bp := w.snapshot(key)
-	if bp == nil {
+	sh, hash := w.locate(key)
+	sh.mu.Lock()
+	l := sh.getLocked(hash, key)
+	if l == nil || len(l.hs) == 0 {
+		sh.mu.Unlock()
 		return 0
 	}
+	bp := w.bufs.Get().(*[]*operation.Base)
+	ops := *bp
+	dropped := l.compactLocked(func(op *operation.Base) { ops = append(ops, op) })
+	sh.mu.Unlock()
+	w.watched.Add(int64(-dropped))
+
 	completed := 0
-	for _, op := range *bp {
+	for _, op := range ops {
 		if !op.IsCompleted() && op.SafeTryComplete() {
 			completed++
 		}
 	}
-	w.release(bp)
+	clear(ops)
+	if cap(ops) <= 4096 { // do not keep a huge buffer for ever
+		*bp = ops[:0]
+		w.bufs.Put(bp)
+	}
+	if completed > 0 {
+		// Drop the entries of what this check completed, as Kafka's
+		// tryCompleteWatched does; they are tombstones now.
+		sh.mu.Lock()
+		dropped := 0
+		if l := sh.getLocked(hash, key); l != nil {
+			dropped = l.compactLocked(nil)
+		}
+		sh.mu.Unlock()
+		w.watched.Add(int64(-dropped))
+	}
 	return completed
 }
 
-// snapshot copies key's operations under the shard lock, or returns nil.
-func (w *Watchers[K]) snapshot(key K) *[]*operation.Base {
-	sh := w.shard(key)
-	sh.mu.Lock()
-	l := sh.lists[key]
-	if l == nil {
-		sh.mu.Unlock()
-		return nil
-	}
-	bp := w.bufs.Get().(*[]*operation.Base)
-	for e := l.root.next; e != &l.root; e = e.next {
-		*bp = append(*bp, e.op)
-	}
-	sh.mu.Unlock()
-	return bp
-}
-
-func (w *Watchers[K]) release(bp *[]*operation.Base) {
-	clear(*bp)
-	if cap(*bp) > 1024 {
-		return // do not keep a huge buffer for ever
-	}
-	*bp = (*bp)[:0]
-	w.bufs.Put(bp)
-}
-
-// Cancel removes key and returns the operations that were watching it, in
-// the order they were added (Kafka's cancelForKey). The operations are not
-// completed and stay on their other keys' lists.
+// Cancel removes key and returns the live operations that were watching
+// it, in the order they were added, each once (Kafka's cancelForKey). The
+// operations are not completed and stay on their other keys' lists.
 func (w *Watchers[K]) Cancel(key K) []*operation.Base {
-	sh := w.shard(key)
+	sh, hash := w.locate(key)
 	sh.mu.Lock()
-	l := sh.lists[key]
+	l := sh.removeLocked(hash, key)
+	sh.mu.Unlock()
 	if l == nil {
-		sh.mu.Unlock()
 		return nil
 	}
-	ops := make([]*operation.Base, 0, l.n)
-	for e := l.root.next; e != &l.root; e = l.root.next {
-		ops = append(ops, e.op)
-		w.unlinkLocked(e)
+	w.watched.Add(int64(-len(l.hs)))
+	var ops []*operation.Base
+	seen := make(map[*operation.Base]struct{}, len(l.hs))
+	for _, h := range l.hs {
+		if op := h.Op(); op != nil {
+			if _, dup := seen[op]; !dup {
+				seen[op] = struct{}{}
+				ops = append(ops, op)
+			}
+		}
 	}
-	sh.mu.Unlock()
 	return ops
 }
 
-// Purge removes entries of completed operations from every list and returns
-// how many it removed (Kafka's purgeCompleted). Completion already unlinks
-// operations, so this is a backstop.
+// Purge drops the tombstones of completed operations from every list, and
+// the lists left empty, and returns how many entries it dropped (Kafka's
+// purgeCompleted and removeKeyIfEmpty).
 func (w *Watchers[K]) Purge() int {
 	purged := 0
 	for i := range w.shards {
 		sh := &w.shards[i]
 		sh.mu.Lock()
-		for _, l := range sh.lists {
-			for e := l.root.next; e != &l.root; {
-				next := e.next
-				if e.op.IsCompleted() && w.unlinkLocked(e) {
-					purged++
+		var empty []*list[K]
+		for _, head := range sh.lists {
+			for l := head; l != nil; l = l.next {
+				purged += l.compactLocked(nil)
+				if len(l.hs) == 0 {
+					empty = append(empty, l)
 				}
-				e = next
 			}
+		}
+		for _, l := range empty {
+			sh.removeLocked(maphash.Comparable(w.seed, l.key), l.key)
 		}
 		sh.mu.Unlock()
 	}
+	w.watched.Add(int64(-purged))
 	return purged
 }
 
-// Watched returns the number of entries on all lists: an operation watched
-// on three keys counts three times (Kafka's PurgatorySize gauge). O(1).
+// Watched returns the number of entries on all lists, counting an
+// operation once per key (Kafka's PurgatorySize gauge). Entries of
+// completed operations count until they are dropped, as in Kafka. O(1).
 func (w *Watchers[K]) Watched() int { return int(w.watched.Load()) }
 
-// Keys returns the number of keys with a non-empty list. It visits every
-// shard.
+// Keys returns the number of keys with a list, empty lists that await the
+// purge included. It visits every shard.
 func (w *Watchers[K]) Keys() int {
 	n := 0
 	for i := range w.shards {
 		sh := &w.shards[i]
 		sh.mu.Lock()
-		n += len(sh.lists)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
 }
 
-// Each calls f for every distinct uncompleted operation on any list. It
-// copies them out first, so f may call any method of w.
+// Each calls f once for every live operation on any list. It copies them
+// out first, so f may call any method of w.
 func (w *Watchers[K]) Each(f func(*operation.Base)) {
 	seen := make(map[*operation.Base]struct{})
 	var ops []*operation.Base
 	for i := range w.shards {
 		sh := &w.shards[i]
 		sh.mu.Lock()
-		for _, l := range sh.lists {
-			for e := l.root.next; e != &l.root; e = e.next {
-				if _, ok := seen[e.op]; !ok && !e.op.IsCompleted() {
-					seen[e.op] = struct{}{}
-					ops = append(ops, e.op)
+		for _, head := range sh.lists {
+			for l := head; l != nil; l = l.next {
+				for _, h := range l.hs {
+					if op := h.Op(); op != nil {
+						if _, dup := seen[op]; !dup {
+							seen[op] = struct{}{}
+							ops = append(ops, op)
+						}
+					}
 				}
 			}
 		}

@@ -37,18 +37,30 @@ func (o *op) TryComplete() bool {
 func (o *op) OnComplete()   { o.completes.Add(1) }
 func (o *op) OnExpiration() {}
 
+var tracker operation.Tracker
+
+// watch parks o and watches it on keys, as the purgatory does.
+func watch(w *watchers.Watchers[string], o *op, keys ...string) {
+	h, ok := o.Park(&tracker)
+	if !ok {
+		panic("not parked")
+	}
+	w.Watch(h, keys)
+}
+
 func TestWatchCheckCancelPurge(t *testing.T) {
 	w := watchers.New[string](4)
 	a, b := newOp(), newOp()
-	w.Watch(&a.Base, []string{"x", "y"})
-	w.Watch(&b.Base, []string{"x"})
+	watch(w, a, "x", "y")
+	watch(w, b, "x")
 	assert.Equal(t, 3, w.Watched())
 	assert.Equal(t, 2, w.Keys())
 	assert.Equal(t, 0, w.Check("x"))
 	a.ready.Store(true)
 	assert.Equal(t, 1, w.Check("x"))
-	assert.Equal(t, 1, w.Watched(), "a left both keys when it completed")
-	assert.Equal(t, 1, w.Keys(), "y is removed once empty")
+	assert.Equal(t, 2, w.Watched(), "x dropped a's entry; y keeps a tombstone")
+	assert.Equal(t, 1, w.Purge())
+	assert.Equal(t, 1, w.Keys(), "the purge removes the emptied y")
 	assert.Equal(t, []*operation.Base{&b.Base}, w.Cancel("x"))
 	assert.Nil(t, w.Cancel("x"))
 	assert.Equal(t, 0, w.Watched())
@@ -70,7 +82,7 @@ func TestRemoveEmptyKeyRacingWatch(t *testing.T) {
 			defer wg.Done()
 			for i := range perG {
 				o := newOp()
-				w.Watch(&o.Base, []string{"k"})
+				watch(w, o, "k")
 				if i%2 == 0 {
 					o.ForceComplete() // empties the list now and then
 				} else {
@@ -80,13 +92,13 @@ func TestRemoveEmptyKeyRacingWatch(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	assert.Equal(t, goroutines*perG/2, w.Watched())
 	for _, os := range kept {
 		for _, o := range os {
 			o.ready.Store(true)
 		}
 	}
 	assert.Equal(t, goroutines*perG/2, w.Check("k"), "no operation was lost with a removed list")
+	w.Purge()
 	assert.Equal(t, 0, w.Keys())
 }
 
@@ -95,10 +107,11 @@ func TestRemoveEmptyKeyRacingWatch(t *testing.T) {
 func TestCallbacksMayReenter(t *testing.T) {
 	w := watchers.New[string](1)
 	inner := newOp()
-	w.Watch(&inner.Base, []string{"k"})
+	watch(w, inner, "k")
 	outer := &reentrant{w: w, inner: inner}
 	outer.Init(outer, time.Hour)
-	w.Watch(&outer.Base, []string{"k"})
+	h, _ := outer.Park(&tracker)
+	w.Watch(h, []string{"k"})
 	done := make(chan int)
 	go func() { done <- w.Check("k") }()
 	select {
@@ -123,6 +136,6 @@ func (r *reentrant) TryComplete() bool {
 func (r *reentrant) OnComplete() {
 	r.inner.ready.Store(true)
 	r.w.Check("k")
-	r.w.Watch(&newOp().Base, []string{"other"})
+	watch(r.w, newOp(), "other")
 }
 func (r *reentrant) OnExpiration() {}
