@@ -13,8 +13,8 @@ import (
 // plain: a short spin, then a wait on one of a fixed set of condition
 // variables, chosen by the operation's address.
 const (
-	stLocked  uint32 = 1 << 16
-	stWaiters uint32 = 1 << 17
+	stLocked  uint32 = 1 << 5
+	stWaiters uint32 = 1 << 6
 )
 
 const parkStripes = 256

@@ -41,13 +41,21 @@ var (
 	ErrNotInitialised = errors.New("operation: Base.Init not called")
 )
 
-// Base state bits, kept in the TaskBase's spare flags word.
+// Base state bits, kept in the TaskBase's spare flags word. Bits 5 and 6
+// are the lock (lock.go); the top bits count the operation's live watch
+// entries, so that completing it can take them off its Tracker's Watched
+// in the same compare-and-swap that completes it.
 const (
 	stCompleted  uint32 = 1 << iota
 	stExpired           // the timeout completed it
 	stParked            // counted in a Tracker's Pending
 	stTryPending        // a check found the lock held; the holder checks again
 	stCustomLock        // h points into a lockedHandle
+
+	watchShift        = 8
+	watchOne   uint32 = 1 << watchShift
+	// MaxKeys is the most keys one operation can be watched on.
+	MaxKeys = 1<<(32-watchShift) - 1
 )
 
 // Base gives a DelayedOperation Kafka's semantics. Embed it and call Init
@@ -97,6 +105,7 @@ type lockedHandle struct {
 // owns one; user code does not need it.
 type Tracker struct {
 	Pending atomic.Int64  // parked and not yet completed or cancelled
+	Watched atomic.Int64  // live watch entries: keys of operations not completed
 	Early   atomic.Uint64 // completed other than by the timeout
 	Expired atomic.Uint64 // completed by the timeout
 	Panics  atomic.Uint64 // recovered callback panics
@@ -202,13 +211,21 @@ func (b *Base) forceComplete(expired bool) bool {
 		bits |= stExpired
 	}
 	f := b.flags()
+	var s uint32
 	for {
-		s := f.Load()
+		s = f.Load()
 		if s&stCompleted != 0 {
 			return false
 		}
-		if f.CompareAndSwap(s, s|bits) {
+		// Completing also zeroes the watch count: whatever was counted is
+		// taken off the Tracker below, exactly once.
+		if f.CompareAndSwap(s, (s|bits)&(watchOne-1)) {
 			break
+		}
+	}
+	if n := s >> watchShift; n > 0 {
+		if t := b.t.Load(); t != nil {
+			t.Watched.Add(-int64(n))
 		}
 	}
 	b.Cancel()
@@ -408,6 +425,44 @@ func (b *Base) Park(t *Tracker) (*Handle, bool) {
 	b.t.Store(t)
 	t.Pending.Add(1)
 	return h, true
+}
+
+// AddWatches counts n more watch entries for the operation in its
+// Tracker's Watched, unless it has completed. Package purgatory calls it
+// before watching the keys; it fails for more than MaxKeys in all.
+func (b *Base) AddWatches(n int) bool {
+	f := b.flags()
+	for {
+		s := f.Load()
+		if s&stCompleted != 0 || int(s>>watchShift)+n > MaxKeys {
+			return false
+		}
+		if f.CompareAndSwap(s, s+uint32(n)<<watchShift) {
+			if t := b.t.Load(); t != nil {
+				t.Watched.Add(int64(n))
+			}
+			return true
+		}
+	}
+}
+
+// DropWatches uncounts n watch entries that were removed (by
+// CancelForKey) while the operation stays pending.
+func (b *Base) DropWatches(n int) {
+	f := b.flags()
+	for {
+		s := f.Load()
+		if s&stCompleted != 0 {
+			return // completion uncounted them all
+		}
+		k := min(uint32(n), s>>watchShift)
+		if f.CompareAndSwap(s, s-k<<watchShift) {
+			if t := b.t.Load(); t != nil {
+				t.Watched.Add(-int64(k))
+			}
+			return
+		}
+	}
 }
 
 // Unpark takes the operation out of its purgatory's count without

@@ -67,9 +67,6 @@ func Example() {
 	fmt.Println("completed by append:", p.CheckAndComplete(key))
 
 	mt.Advance(500 * time.Millisecond)
-	// Watched still counts fetch-2's entry, as Kafka would: the entry is an
-	// 8-byte tombstone until the key is checked again or purged. fetch-2
-	// itself is no longer referenced.
 	fmt.Printf("%+v\n", p.Stats())
 	// Output:
 	// parked: 2
@@ -77,7 +74,7 @@ func Example() {
 	// completed by append: 1
 	// fetch-2: answered with 150 bytes
 	// fetch-2: max wait passed
-	// {Pending:0 Watched:1 CompletedEarly:1 Expired:1 Purged:0 Cancelled:0 Panics:0}
+	// {Pending:0 Watched:0 CompletedEarly:1 Expired:1 Purged:0 Cancelled:0 Panics:0}
 }
 
 // Wiring CheckAndComplete to an event: the component that changes state

@@ -138,7 +138,7 @@ func (m *purgatoryModel) check() {
 		}
 	}
 	require.Equal(t, delayed, m.p.NumDelayed(), "NumDelayed")
-	require.GreaterOrEqual(t, m.p.Watched(), watched, "Watched counts every live entry")
+	require.Equal(t, watched, m.p.Watched(), "Watched counts live entries exactly")
 }
 
 // sweep checks every key, which completes whatever is completable, and

@@ -138,13 +138,18 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if p.closed.Load() {
 		return false, ErrShutdown
 	}
+	if len(keys) > operation.MaxKeys {
+		return false, errors.Join(ErrInvalidOption, errors.New("too many keys"))
+	}
 	h, ok := b.Park(&p.tracker)
 	if !ok {
 		return false, ErrAlreadyWatched
 	}
 	if b.SafeTryCompleteOrElse(func() {
-		p.watchers.Watch(h, keys)
-		p.estimated.Add(1)
+		if b.AddWatches(len(keys)) {
+			p.watchers.Watch(h, keys)
+			p.estimated.Add(1)
+		}
 	}) {
 		return true, nil
 	}
@@ -175,11 +180,11 @@ func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
 	return p.watchers.Check(key)
 }
 
-// Watched returns the number of watch entries, counting an operation once
-// per key (Kafka's PurgatorySize). As in Kafka, entries of completed
-// operations count until a check of their key or a purge drops them; the
-// operations themselves are released at completion.
-func (p *Purgatory[K, T]) Watched() int { return p.watchers.Watched() }
+// Watched returns the number of watch entries of operations that have not
+// completed, counting an operation once per key (Kafka's PurgatorySize).
+// Kafka also counts entries of completed operations until a purge, so this
+// is never larger than Kafka's figure. O(1).
+func (p *Purgatory[K, T]) Watched() int { return int(max(p.tracker.Watched.Load(), 0)) }
 
 // NumDelayed returns the number of parked operations that have not
 // completed (Kafka's NumDelayedOperations).
@@ -189,12 +194,14 @@ func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.tracker.Pending.Lo
 // watching it. Their timeouts are cancelled; they are not completed (no
 // callback runs) and stay watched on their other keys, as in Kafka.
 func (p *Purgatory[K, T]) CancelForKey(key K) []T {
-	bases := p.watchers.Cancel(key)
+	counts := make(map[*operation.Base]int)
+	bases := p.watchers.Cancel(key, counts)
 	if len(bases) == 0 {
 		return nil
 	}
 	out := make([]T, 0, len(bases))
 	for _, b := range bases {
+		b.DropWatches(counts[b])
 		if b.Unpark() {
 			p.cancels.Add(1)
 		}
@@ -230,9 +237,19 @@ func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 	p.maybePurge()
 }
 
+// maybePurge is Kafka's purge trigger, estimated - NumDelayed >
+// purgeInterval, with one condition added: the lists must hold more dead
+// entries than live ones. A purge visits every entry; Kafka's trigger alone
+// would, at a million completions a second, scan every list each
+// millisecond. With the extra condition each purge is paid for by at least
+// as many completions as it visits entries. Dead entries are 8-byte
+// tombstones (the operations themselves are released at completion), so
+// letting up to as many as there are live entries wait costs little.
 func (p *Purgatory[K, T]) maybePurge() {
 	delayed := int64(p.NumDelayed())
-	if p.estimated.Load()-delayed > p.purgeInterval {
+	live := int64(p.Watched())
+	dead := int64(p.watchers.Watched()) - live
+	if p.estimated.Load()-delayed > p.purgeInterval && dead > live {
 		p.estimated.Store(delayed)
 		if n := p.watchers.Purge(); n > 0 {
 			p.purged.Add(uint64(n))

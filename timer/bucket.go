@@ -24,6 +24,12 @@ type bucket struct {
 	// read without it by Size.
 	count atomic.Int64
 
+	// lead is how long before its expiration the bucket is taken from the
+	// delay queue: zero at the finest level, where the bucket's tasks run;
+	// the bucket's own span above it, where its tasks are moved down a level
+	// before any of them is due. Set once at creation.
+	lead int64
+
 	// index and due are owned by the delay queue and guarded by its mutex:
 	// the position in its heap (-1 when not queued) and the expiration the
 	// heap was ordered by.

@@ -31,24 +31,34 @@ type delayQueue struct {
 	// timer is the one reusable clock timer poll waits on; no timer or
 	// goroutine is ever created per task or per bucket.
 	timer ClockTimer
+
+	// precise is set for the system clock: the last preciseWait before a due
+	// bucket is slept with preciseSleep rather than the timer.
+	precise bool
 }
+
+// preciseWait is the longest wait for a due bucket that is slept with
+// preciseSleep. A bucket offered meanwhile waits at most this long.
+const preciseWait = 2 * time.Millisecond
 
 func newDelayQueue(clock Clock, tick time.Duration) *delayQueue {
 	t := clock.NewTimer(time.Hour)
 	t.Stop()
+	_, sys := clock.(SystemClock)
 	return &delayQueue{
 		clock:     clock,
 		tickNano:  int64(tick),
 		wake:      make(chan struct{}, 1),
 		interrupt: make(chan struct{}, 1),
 		timer:     t,
+		precise:   sys,
 	}
 }
 
 // offer queues b by its current expiration, or moves it if it is queued.
 func (q *delayQueue) offer(b *bucket) {
 	q.mu.Lock()
-	b.due = b.expiration.Load()
+	b.due = b.expiration.Load() - b.lead
 	if b.index >= 0 {
 		heap.Fix(&q.items, b.index)
 	} else {
@@ -90,6 +100,7 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 		now := q.clock.Now()
 		q.mu.Lock()
 		wait := deadline - now
+		forBucket := false
 		if len(q.items) > 0 {
 			due := q.dueAt(q.items[0].due)
 			if due <= now {
@@ -97,11 +108,21 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 				q.mu.Unlock()
 				return b
 			}
-			wait = min(wait, due-now)
+			if due-now <= wait {
+				wait, forBucket = due-now, true
+			}
 		}
 		q.mu.Unlock()
 		if wait <= 0 {
 			return nil
+		}
+		if forBucket && q.precise && wait <= preciseWait && preciseSleep(wait) {
+			select {
+			case <-q.interrupt:
+				return nil
+			default:
+				continue
+			}
 		}
 		q.timer.Reset(wait)
 		select {

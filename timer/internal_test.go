@@ -116,15 +116,16 @@ func TestBucketReuseResetsExpiration(t *testing.T) {
 	assert.Equal(t, int32(1), p.runs.Load())
 	assert.Equal(t, int64(-1), b.expiration.Load(), "a flushed bucket waits for reuse")
 
-	// At tick 3 a deadline of tick 6 maps to the same slot: the next round.
-	// A one-tick bucket is queued, so the wheel advances to 3.
+	// With a wheel size of 4 the finest level has 8 buckets, so at tick 3 a
+	// deadline of tick 10 maps to the same slot: the next round. A one-tick
+	// bucket is queued first, so that the wheel advances to 3.
 	require.NoError(t, st.Add(newProbe(time.Millisecond)))
 	clk.Advance(time.Millisecond)
 	st.runDue()
-	q := newProbe(3 * time.Millisecond)
+	q := newProbe(7 * time.Millisecond)
 	require.NoError(t, st.Add(q))
 	assert.Same(t, b, bucketOf(q))
-	assert.Equal(t, int64(6), b.expiration.Load())
+	assert.Equal(t, int64(10), b.expiration.Load())
 	assert.Equal(t, 1, st.queue.len())
 }
 
@@ -274,8 +275,9 @@ func (t *SystemTimer) currentTick() int64 {
 	return t.wheel.current
 }
 
-// Entries sit in the level their deadline calls for: a wheel of 3 one-tick
-// buckets covers 3 ticks, the next level 9, the next 27.
+// Entries sit in the level their deadline calls for. With a wheel size of
+// 3, a level has 6 buckets and the next level's tick is 3 of its own: level
+// 0 reaches 6 ticks ahead, level 1 (tick 3) 18, level 2 (tick 9) 54.
 func TestOverflowLevels(t *testing.T) {
 	st, _ := newInlineTimer(t, WithWheelSize(3))
 	cases := []struct {
@@ -283,12 +285,12 @@ func TestOverflowLevels(t *testing.T) {
 		tick  int64 // the level's tick the entry must land in
 	}{
 		{1 * time.Millisecond, 1},
-		{2 * time.Millisecond, 1},
-		{3 * time.Millisecond, 3},
-		{8 * time.Millisecond, 3},
-		{9 * time.Millisecond, 9},
-		{26 * time.Millisecond, 9},
-		{27 * time.Millisecond, 27},
+		{5 * time.Millisecond, 1},
+		{6 * time.Millisecond, 3},
+		{17 * time.Millisecond, 3},
+		{18 * time.Millisecond, 9},
+		{53 * time.Millisecond, 9},
+		{54 * time.Millisecond, 27},
 	}
 	for _, c := range cases {
 		p := newProbe(c.delay)

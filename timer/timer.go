@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,8 +62,13 @@ type SystemTimer struct {
 	mu      lockShards
 	wheel   *wheel      // finest level; coarser ones hang off it
 	closed  bool        // guarded by mu
-	flushed []*TaskBase // scratch for flushes, guarded by mu (write)
-	expired []Task      // expired tasks of one AdvanceClock, guarded by mu (write)
+	flushed []*TaskBase // scratch for Close, guarded by mu (write)
+	expired []Task      // expired tasks of one step, guarded by mu (write)
+	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
+
+	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
+	spareMu    sync.Mutex
+	spare      []Task // a drained expired slice, for reuse
 
 	pollMu sync.Mutex // one poller of the delay queue at a time
 	queue  *delayQueue
@@ -178,58 +184,121 @@ func (t *SystemTimer) Add(task Task) error {
 	return nil
 }
 
-// AdvanceClock implements [Timer].
+// AdvanceClock implements [Timer]. While coarse buckets are being moved down
+// ahead of time it does not wait: each call moves up to cascadeChunk entries
+// (after expiring whatever is due) and returns true, so that a Reaper keeps
+// calling it until the work is done.
 func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
+	if t.backlogLen.Load() > 0 {
+		return t.step(t.queue.pollDue(t.now()))
+	}
 	t.pollMu.Lock()
 	b := t.queue.poll(timeout)
 	t.pollMu.Unlock()
 	if b == nil {
 		return false
 	}
-	return t.advance(b)
+	return t.step(b)
 }
 
-// advanceDue expires what is due now, without waiting.
+// advanceDue does what is due now, and one chunk of moving down, without
+// waiting.
 func (t *SystemTimer) advanceDue() bool {
-	b := t.queue.pollDue(t.now())
-	if b == nil {
-		return false
-	}
-	return t.advance(b)
+	return t.step(t.queue.pollDue(t.now()))
 }
 
-// handOffEvery is how many expired tasks a flush collects before handing
-// them to the executor without waiting for the flush to end.
-const handOffEvery = 1024
+const (
+	// handOffEvery is how many expired tasks a flush collects before handing
+	// them to the executor without waiting for the flush to end.
+	handOffEvery = 1024
+	// cascadeChunk is how many entries of coarse buckets one step moves
+	// down: about 50-100µs of work, so that the buckets of the finest level,
+	// whose tasks are due, are never kept waiting longer than that.
+	cascadeChunk = 1024
+)
 
-// advance flushes b and every other due bucket under the write lock, then
-// hands the expired tasks over with no lock held.
-func (t *SystemTimer) advance(b *bucket) bool {
+// step is the body of AdvanceClock, under the write lock:
+//
+//  1. Handle b, if any, and every other bucket that is due. A bucket of the
+//     finest level is flushed: its tasks are due and are handed to the
+//     executor. A coarser bucket is polled a whole span before it is due (its
+//     lead) and joins the backlog of buckets to move down.
+//  2. Move down at most cascadeChunk entries of the backlog, then return, so
+//     that Adds and due buckets are not held up by a large bucket.
+//
+// The finer level reaches two of the coarser level's buckets ahead, so a
+// backlog bucket fits entirely one level down from the moment it is polled.
+// One rule keeps the order exact: before handling any bucket due at or after
+// the start of a backlog bucket's span, that backlog bucket is moved down
+// completely (and the bucket is put back, since moving down may create
+// earlier ones).
+func (t *SystemTimer) step(b *bucket) bool {
 	t.mu.lock()
 	if t.closed {
 		t.mu.unlock()
 		return false
 	}
+	did := b != nil
 	for b != nil {
-		t.wheel.advance(b.expiration.Load())
-		for e := b.pop(); e != nil; e = b.pop() {
-			t.reinsert(e)
-			if len(t.expired) >= handOffEvery && t.exec != nil {
-				// A coarse bucket can hold a large share of all tasks, and
-				// moving it down takes milliseconds: let the executor start
-				// on what is due instead of waiting for the whole flush.
-				t.fired.Add(uint64(len(t.expired)))
-				t.exec.submit(t.expired...)
-				clear(t.expired)
-				t.expired = t.expired[:0]
+		if t.drainBefore(b) {
+			t.queue.offer(b) // moving down may have made earlier buckets: take them first
+		} else if b.lead == 0 {
+			t.wheel.advance(b.expiration.Load())
+			for e := b.pop(); e != nil; e = b.pop() {
+				t.reinsert(e)
 			}
+		} else {
+			t.wheel.advance(b.expiration.Load() - b.lead)
+			t.backlog = append(t.backlog, b)
+			t.backlogLen.Store(int32(len(t.backlog)))
 		}
 		b = t.queue.pollDue(t.now())
 	}
+	for moved := 0; moved < cascadeChunk && len(t.backlog) > 0; {
+		e := t.backlog[0].pop()
+		if e == nil {
+			t.backlog[0] = nil
+			t.backlog = t.backlog[1:]
+			t.backlogLen.Store(int32(len(t.backlog)))
+			continue
+		}
+		t.reinsert(e)
+		moved++
+		did = true
+	}
 	expired := t.expired
-	t.expired = nil
+	t.expired = t.takeSpare()
 	t.mu.unlock()
+	t.dispatch(expired)
+	return did
+}
 
+// drainBefore moves down, completely, every backlog bucket whose span
+// starts at or before b's due time, and reports whether there was any.
+// The caller holds the write lock.
+func (t *SystemTimer) drainBefore(b *bucket) bool {
+	due := b.expiration.Load() - b.lead
+	drained := false
+	for i, c := range t.backlog {
+		if c == nil || c.expiration.Load() > due {
+			continue
+		}
+		for e := c.pop(); e != nil; e = c.pop() {
+			t.reinsert(e)
+		}
+		t.backlog[i] = nil
+		drained = true
+	}
+	if drained {
+		t.backlog = slices.DeleteFunc(t.backlog, func(c *bucket) bool { return c == nil })
+		t.backlogLen.Store(int32(len(t.backlog)))
+	}
+	return drained
+}
+
+// dispatch hands expired tasks over with no lock held and keeps the slice
+// for reuse, so that steady expiry allocates nothing.
+func (t *SystemTimer) dispatch(expired []Task) {
 	if len(expired) > 0 {
 		t.fired.Add(uint64(len(expired)))
 		if t.exec != nil {
@@ -241,12 +310,17 @@ func (t *SystemTimer) advance(b *bucket) bool {
 		}
 	}
 	clear(expired)
-	t.mu.lock()
-	if t.expired == nil {
-		t.expired = expired[:0] // reuse the slice: no allocation per advance
-	}
-	t.mu.unlock()
-	return true
+	t.spareMu.Lock()
+	t.spare = expired[:0]
+	t.spareMu.Unlock()
+}
+
+func (t *SystemTimer) takeSpare() []Task {
+	t.spareMu.Lock()
+	defer t.spareMu.Unlock()
+	s := t.spare
+	t.spare = nil
+	return s
 }
 
 // reinsert puts a flushed entry back into the wheels, one level finer, or
@@ -261,6 +335,14 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	case due:
 		if e.fire() {
 			t.expired = append(t.expired, e.owner)
+			if len(t.expired) >= handOffEvery && t.exec != nil {
+				// Hand a large batch over at once, so that the executor
+				// starts on it while the flush goes on.
+				t.fired.Add(uint64(len(t.expired)))
+				t.exec.submit(t.expired...)
+				clear(t.expired)
+				t.expired = t.expired[:0]
+			}
 		}
 	case linked && !e.isPending():
 		// Cancelled after insert checked the state but perhaps before the
@@ -313,6 +395,9 @@ func (t *SystemTimer) Close() error {
 	})
 	clear(t.flushed)
 	t.flushed = nil
+	clear(t.backlog)
+	t.backlog = nil
+	t.backlogLen.Store(0)
 	t.queue.clear()
 	t.mu.unlock()
 	t.queue.stop()

@@ -7,14 +7,20 @@ import (
 )
 
 // wheel is one level of the hierarchy: Kafka's TimingWheel, counted in ticks
-// of the lowest level rather than in milliseconds.
+// of the lowest level rather than in milliseconds, with one change: a level
+// has 2n buckets while the next level's tick is n of this level's ticks, so
+// each level reaches two buckets of the next level ahead instead of one.
+// That overlap lets a coarse bucket be moved down a whole span before it is
+// due, a little at a time, instead of all at once when its first entries
+// are due (see SystemTimer.step).
 //
 // Concurrency contract, as in Kafka: any number of add calls may run at once
 // (the SystemTimer holds its read lock for them), but none while advance runs
 // (it holds the write lock). current is therefore a plain field.
 type wheel struct {
 	tick     int64 // ticks of the lowest level per bucket of this one
-	interval int64 // tick * len(buckets), saturated at MaxInt64
+	interval int64 // how far ahead this level reaches: 2 × nextTick, saturated at MaxInt64
+	nextTick int64 // the next level's tick: n × tick, saturated at MaxInt64
 	current  int64 // start of the current bucket's span, a multiple of tick
 
 	buckets []bucket
@@ -26,26 +32,36 @@ type wheel struct {
 	growMu   sync.Mutex
 }
 
-func newWheel(tick int64, size int, start int64, queue *delayQueue) *wheel {
+// newWheel makes a level of 2n buckets of tick base ticks each.
+func newWheel(tick int64, n int, start int64, queue *delayQueue) *wheel {
 	w := &wheel{
 		tick:     tick,
 		interval: math.MaxInt64,
+		nextTick: math.MaxInt64,
 		current:  start - start%tick,
-		buckets:  make([]bucket, size),
+		buckets:  make([]bucket, 2*n),
 		queue:    queue,
 	}
-	if tick <= math.MaxInt64/int64(size) {
-		w.interval = tick * int64(size)
+	if tick <= math.MaxInt64/int64(2*n) {
+		w.nextTick = tick * int64(n)
+		w.interval = 2 * w.nextTick
+	}
+	// A bucket of the finest level is due when its span starts; a coarser
+	// one a span earlier, to be moved down before its entries are due.
+	lead := int64(0)
+	if tick > 1 {
+		lead = tick
 	}
 	for i := range w.buckets {
 		w.buckets[i].init()
+		w.buckets[i].lead = lead
 	}
 	return w
 }
 
 // top reports whether this level already spans every representable tick, so
 // that it never needs an overflow level.
-func (w *wheel) top() bool { return w.interval == math.MaxInt64 }
+func (w *wheel) top() bool { return w.nextTick == math.MaxInt64 }
 
 // add places e, due at tick exp, in the bucket of the finest level whose span
 // holds it. It returns false when e is already due (the caller runs it) or
@@ -83,7 +99,7 @@ func (w *wheel) overflowWheel() *wheel {
 	if o := w.overflow.Load(); o != nil {
 		return o
 	}
-	o := newWheel(w.interval, len(w.buckets), w.current, w.queue)
+	o := newWheel(w.nextTick, len(w.buckets)/2, w.current, w.queue)
 	w.overflow.Store(o)
 	return o
 }

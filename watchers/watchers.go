@@ -210,8 +210,10 @@ func (w *Watchers[K]) Check(key K) int {
 
 // Cancel removes key and returns the live operations that were watching
 // it, in the order they were added, each once (Kafka's cancelForKey). The
-// operations are not completed and stay on their other keys' lists.
-func (w *Watchers[K]) Cancel(key K) []*operation.Base {
+// operations are not completed and stay on their other keys' lists. If
+// counts is not nil, it receives how many entries each operation had on
+// the key.
+func (w *Watchers[K]) Cancel(key K, counts map[*operation.Base]int) []*operation.Base {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	l := sh.removeLocked(hash, key)
@@ -221,13 +223,15 @@ func (w *Watchers[K]) Cancel(key K) []*operation.Base {
 	}
 	w.watched.Add(int64(-len(l.hs)))
 	var ops []*operation.Base
-	seen := make(map[*operation.Base]struct{}, len(l.hs))
+	if counts == nil {
+		counts = make(map[*operation.Base]int, len(l.hs))
+	}
 	for _, h := range l.hs {
 		if op := h.Op(); op != nil {
-			if _, dup := seen[op]; !dup {
-				seen[op] = struct{}{}
+			if counts[op] == 0 {
 				ops = append(ops, op)
 			}
+			counts[op]++
 		}
 	}
 	return ops
@@ -260,8 +264,9 @@ func (w *Watchers[K]) Purge() int {
 }
 
 // Watched returns the number of entries on all lists, counting an
-// operation once per key (Kafka's PurgatorySize gauge). Entries of
-// completed operations count until they are dropped, as in Kafka. O(1).
+// operation once per key, tombstones included (Kafka's PurgatorySize
+// counts the same way). O(1). Package purgatory reports live entries
+// instead, from its operations' own counts.
 func (w *Watchers[K]) Watched() int { return int(w.watched.Load()) }
 
 // Keys returns the number of keys with a list, empty lists that await the
