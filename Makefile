@@ -4,7 +4,7 @@ PKGS      := ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-expiry demo tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-expiry perf demo tidy-check clean
 
 all: lint build test
 
@@ -52,6 +52,11 @@ bench-expiry: deps
 	$(GO) test -run '^$$' -bench 'HeapPerPendingTask/impl=wheel' -benchtime 1x ./timer
 	$(GO) test -run '^$$' -bench 'HeapPerPendingTask/impl=runtime' -benchtime 1x ./timer
 	$(GO) test -run '^$$' -bench 'HeapPerParked' -benchtime 1x ./purgatory
+
+# perf: Kafka's TestPurgatoryPerformance runs C, D and E against the naive
+# reference, medians of 3 (about five minutes; E waits out 30 s timeouts).
+perf: deps
+	bash examples/purgatory_perf/runs.sh 3
 
 demo: deps
 	$(GO) run ./examples/timer_demo

@@ -103,17 +103,57 @@ type lockedHandle struct {
 
 // Tracker counts what a purgatory's operations report. Package purgatory
 // owns one; user code does not need it.
+//
+// The counters are striped by operation address: a request is usually
+// parked on one goroutine and completed on another, and with one set of
+// counters every request would bounce their cache line between two cores
+// several times. Reads sum the stripes.
 type Tracker struct {
-	Pending atomic.Int64  // parked and not yet completed or cancelled
-	Watched atomic.Int64  // live watch entries: keys of operations not completed
-	Early   atomic.Uint64 // completed other than by the timeout
-	Expired atomic.Uint64 // completed by the timeout
-	Panics  atomic.Uint64 // recovered callback panics
+	stripes [trackerStripes]trackerStripe
 
 	// OnPanic is called with every recovered panic. It must be set before
 	// the Tracker is used and not changed afterwards.
 	OnPanic func(op DelayedOperation, callback string, v any)
 }
+
+const trackerStripes = 16
+
+type trackerStripe struct {
+	pending atomic.Int64  // parked and not yet completed or cancelled
+	watched atomic.Int64  // live watch entries: keys of operations not completed
+	early   atomic.Uint64 // completed other than by the timeout
+	expired atomic.Uint64 // completed by the timeout
+	panics  atomic.Uint64 // recovered callback panics
+	_       [128 - 40]byte
+}
+
+func (t *Tracker) stripe(b *Base) *trackerStripe {
+	return &t.stripes[(uintptr(unsafe.Pointer(b))>>7)%trackerStripes]
+}
+
+// TrackerCounts is a sum of a Tracker's stripes.
+type TrackerCounts struct {
+	Pending, Watched       int64
+	Early, Expired, Panics uint64
+}
+
+// Counts sums the stripes. Each stripe is read atomically; the sum is not
+// one snapshot.
+func (t *Tracker) Counts() TrackerCounts {
+	var c TrackerCounts
+	for i := range t.stripes {
+		s := &t.stripes[i]
+		c.Pending += s.pending.Load()
+		c.Watched += s.watched.Load()
+		c.Early += s.early.Load()
+		c.Expired += s.expired.Load()
+		c.Panics += s.panics.Load()
+	}
+	return c
+}
+
+// AddPanic counts a panic recovered outside the operations' own callbacks.
+func (t *Tracker) AddPanic() { t.stripes[0].panics.Add(1) }
 
 // InitOption configures Init.
 type InitOption interface{ initOption() }
@@ -225,7 +265,7 @@ func (b *Base) forceComplete(expired bool) bool {
 	}
 	if n := s >> watchShift; n > 0 {
 		if t := b.t.Load(); t != nil {
-			t.Watched.Add(-int64(n))
+			t.stripe(b).watched.Add(-int64(n))
 		}
 	}
 	b.Cancel()
@@ -273,7 +313,7 @@ func (b *Base) call(t *Tracker, f func(), name string) {
 }
 
 func (t *Tracker) recovered(b *Base, callback string, v any) {
-	t.Panics.Add(1)
+	t.stripe(b).panics.Add(1)
 	if t.OnPanic != nil {
 		t.OnPanic(b.self(), callback, v)
 	}
@@ -283,11 +323,12 @@ func (b *Base) notify(t *Tracker, expired bool) {
 	if t == nil || !b.clear(stParked) {
 		return
 	}
-	t.Pending.Add(-1)
+	st := t.stripe(b)
+	st.pending.Add(-1)
 	if expired {
-		t.Expired.Add(1)
+		st.expired.Add(1)
 	} else {
-		t.Early.Add(1)
+		st.early.Add(1)
 	}
 }
 
@@ -423,7 +464,7 @@ func (b *Base) Park(t *Tracker) (*Handle, bool) {
 	h.op.Store(b)
 	b.h.Store(h)
 	b.t.Store(t)
-	t.Pending.Add(1)
+	t.stripe(b).pending.Add(1)
 	return h, true
 }
 
@@ -439,7 +480,7 @@ func (b *Base) AddWatches(n int) bool {
 		}
 		if f.CompareAndSwap(s, s+uint32(n)<<watchShift) {
 			if t := b.t.Load(); t != nil {
-				t.Watched.Add(int64(n))
+				t.stripe(b).watched.Add(int64(n))
 			}
 			return true
 		}
@@ -458,7 +499,7 @@ func (b *Base) DropWatches(n int) {
 		k := min(uint32(n), s>>watchShift)
 		if f.CompareAndSwap(s, s-k<<watchShift) {
 			if t := b.t.Load(); t != nil {
-				t.Watched.Add(-int64(k))
+				t.stripe(b).watched.Add(-int64(k))
 			}
 			return
 		}
@@ -475,7 +516,7 @@ func (b *Base) Unpark() bool {
 		return false
 	}
 	if t := b.t.Load(); t != nil {
-		t.Pending.Add(-1)
+		t.stripe(b).pending.Add(-1)
 	}
 	return true
 }

@@ -3,26 +3,27 @@ package timer
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
-// bucket is one slot of a timing wheel: a circular doubly linked list of
-// entries, with a sentinel, that all fall into the same span of ticks. It is
-// Kafka's TimerTaskList.
+// bucket is one slot of a timing wheel: the entries that all fall into the
+// same span of ticks (Kafka's TimerTaskList). Its entries are kept in a few
+// stripes, picked by the entry's address, each a circular doubly linked list
+// with a sentinel and its own lock. A purgatory adds new timeouts and
+// cancels completed ones in the same bucket from different goroutines at
+// once (with 1s timeouts, every request of a 400 ms window lands in one
+// bucket); with one list, every Add and every Cancel would pass the bucket's
+// lock and tail between two cores.
 //
-// Lock order: a bucket's mu is taken after the timer's RWMutex (read or
-// write) and is never held while taking another bucket's mu or running a task.
+// Lock order: a stripe's mu is taken after the timer's lock (read or write)
+// and is never held while taking another stripe's mu or running a task.
 type bucket struct {
-	mu   sync.Mutex // guards root and the links of every entry whose list is this bucket
-	root TaskBase   // sentinel: root.next is the oldest entry, root.prev the newest
+	stripes [bucketStripes]stripe
 
 	// expiration is the first tick of the span this bucket holds, or -1 when
 	// it has been flushed and waits for reuse. The delay queue reads it
-	// without mu.
+	// without a lock.
 	expiration atomic.Int64
-
-	// count is the number of linked entries. It changes only under mu and is
-	// read without it by Size.
-	count atomic.Int64
 
 	// lead is how long before its expiration the bucket is taken from the
 	// delay queue: zero at the finest level, where the bucket's tasks run;
@@ -30,18 +31,38 @@ type bucket struct {
 	// before any of them is due. Set once at creation.
 	lead int64
 
+	// popFrom is the stripe pop looks at first. Used only under the timer's
+	// write lock.
+	popFrom int
+
 	// index and due are owned by the delay queue and guarded by its mutex:
-	// the position in its heap (-1 when not queued) and the expiration the
-	// heap was ordered by.
+	// the position in its heap (-1 when not queued) and the tick the heap is
+	// ordered by (expiration - lead).
 	index int
 	due   int64
 }
 
+const bucketStripes = 4
+
+type stripe struct {
+	mu    sync.Mutex   // guards root and the links of every entry in this stripe
+	root  TaskBase     // sentinel: root.next is the oldest entry, root.prev the newest
+	count atomic.Int64 // linked entries; changed under mu, read without it by Size
+	_     [128 - 8 - 64 - 8]byte
+}
+
 func (b *bucket) init() {
-	b.root.next = &b.root
-	b.root.prev = &b.root
+	for i := range b.stripes {
+		s := &b.stripes[i]
+		s.root.next = &s.root
+		s.root.prev = &s.root
+	}
 	b.expiration.Store(-1)
 	b.index = -1
+}
+
+func (b *bucket) stripeOf(e *TaskBase) *stripe {
+	return &b.stripes[(uintptr(unsafe.Pointer(e))>>6)%bucketStripes]
 }
 
 // setExpiration records the bucket's expiration and reports whether it
@@ -54,39 +75,41 @@ func (b *bucket) setExpiration(tick int64) bool {
 	return b.expiration.Swap(tick) != tick
 }
 
-// insert links e at the tail if e is in no list and still pending. It reports
-// whether e was linked. It is false when a concurrent Cancel won (the caller
-// need not do anything) or when e is already in some list (an Add that moved
-// it elsewhere got there first).
+// insert links e at the tail of its stripe if e is in no list and still
+// pending. It reports whether e was linked. It is false when a concurrent
+// Cancel won (the caller need not do anything) or when e is already in some
+// list (an Add that moved it elsewhere got there first).
 func (b *bucket) insert(e *TaskBase) bool {
-	b.mu.Lock()
+	s := b.stripeOf(e)
+	s.mu.Lock()
 	if !e.isPending() || !e.list.CompareAndSwap(nil, b) {
-		b.mu.Unlock()
+		s.mu.Unlock()
 		return false
 	}
-	tail := b.root.prev
-	e.next = &b.root
+	tail := s.root.prev
+	e.next = &s.root
 	e.prev = tail
 	tail.next = e
-	b.root.prev = e
-	b.count.Add(1)
-	b.mu.Unlock()
+	s.root.prev = e
+	s.count.Add(1)
+	s.mu.Unlock()
 	return true
 }
 
 // remove unlinks e if it is still in this bucket.
 func (b *bucket) remove(e *TaskBase) {
-	b.mu.Lock()
+	s := b.stripeOf(e)
+	s.mu.Lock()
 	if e.list.Load() == b {
-		b.unlinkLocked(e)
-		b.count.Add(-1)
+		unlinkLocked(e)
+		s.count.Add(-1)
 	}
-	b.mu.Unlock()
+	s.mu.Unlock()
 }
 
-// unlinkLocked takes e out of the list. The caller holds b.mu and has checked
-// that e.list is b.
-func (b *bucket) unlinkLocked(e *TaskBase) {
+// unlinkLocked takes e out of its list. The caller holds the mutex of e's
+// stripe and has checked that e is in it.
+func unlinkLocked(e *TaskBase) {
 	e.next.prev = e.prev
 	e.prev.next = e.next
 	e.next = nil
@@ -94,49 +117,67 @@ func (b *bucket) unlinkLocked(e *TaskBase) {
 	e.list.Store(nil)
 }
 
-// flush unlinks every entry, appends them to dst in insertion order and
-// resets the expiration so that the bucket can be reused for a later span.
-// The entries keep their state: the caller decides, entry by entry, whether
-// each one moves to a finer wheel, fires, or was cancelled meanwhile.
-func (b *bucket) flush(dst []*TaskBase) []*TaskBase {
-	b.mu.Lock()
-	n := 0
-	for e := b.root.next; e != &b.root; e = b.root.next {
-		b.unlinkLocked(e)
-		dst = append(dst, e)
-		n++
+// pop unlinks and returns an entry, or nil when the bucket is empty, in
+// which case it also resets the expiration so that the bucket can be reused.
+// Entries come out stripe by stripe, oldest first within a stripe. The
+// caller holds the timer's write lock, so nothing is inserted meanwhile;
+// Cancels may still remove entries.
+func (b *bucket) pop() *TaskBase {
+	for range bucketStripes {
+		s := &b.stripes[b.popFrom]
+		s.mu.Lock()
+		if e := s.root.next; e != &s.root {
+			unlinkLocked(e)
+			s.count.Add(-1)
+			s.mu.Unlock()
+			return e
+		}
+		s.mu.Unlock()
+		b.popFrom = (b.popFrom + 1) % bucketStripes
 	}
-	b.count.Add(int64(-n))
 	b.expiration.Store(-1)
-	b.mu.Unlock()
+	return nil
+}
+
+// flush unlinks every entry and appends them to dst, resetting the
+// expiration. The entries keep their state: the caller decides what each
+// one becomes.
+func (b *bucket) flush(dst []*TaskBase) []*TaskBase {
+	for i := range b.stripes {
+		s := &b.stripes[i]
+		s.mu.Lock()
+		n := 0
+		for e := s.root.next; e != &s.root; e = s.root.next {
+			unlinkLocked(e)
+			dst = append(dst, e)
+			n++
+		}
+		s.count.Add(int64(-n))
+		s.mu.Unlock()
+	}
+	b.expiration.Store(-1)
 	return dst
 }
 
-// pop unlinks and returns the oldest entry, or nil when the bucket is empty,
-// in which case it also resets the expiration so that the bucket can be
-// reused. Flushing entry by entry lets the caller reinsert each entry while
-// it is still in the cache, instead of walking a large bucket twice.
-func (b *bucket) pop() *TaskBase {
-	b.mu.Lock()
-	e := b.root.next
-	if e == &b.root {
-		b.expiration.Store(-1)
-		b.mu.Unlock()
-		return nil
+// size is the number of linked entries, read without locks.
+func (b *bucket) size() int64 {
+	var n int64
+	for i := range b.stripes {
+		n += b.stripes[i].count.Load()
 	}
-	b.unlinkLocked(e)
-	b.count.Add(-1)
-	b.mu.Unlock()
-	return e
+	return n
 }
 
-// len counts the linked entries. It walks the list, so it is for tests.
+// len counts the linked entries by walking the lists. It is for tests.
 func (b *bucket) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	n := 0
-	for e := b.root.next; e != &b.root; e = e.next {
-		n++
+	for i := range b.stripes {
+		s := &b.stripes[i]
+		s.mu.Lock()
+		for e := s.root.next; e != &s.root; e = e.next {
+			n++
+		}
+		s.mu.Unlock()
 	}
 	return n
 }

@@ -19,9 +19,9 @@ var (
 	// below 2: with one bucket a level would overflow into a level with the
 	// same tick, for ever.
 	ErrInvalidWheelSize = errors.New("timer: wheel size must be at least 2")
-	// ErrInvalidExecutors is returned by NewSystemTimer for fewer than one
-	// executor goroutine.
-	ErrInvalidExecutors = errors.New("timer: executors must be at least 1")
+	// ErrInvalidExecutors is returned by NewSystemTimer for a negative
+	// number of executor goroutines.
+	ErrInvalidExecutors = errors.New("timer: executors must not be negative")
 	// ErrNilClock is returned by NewSystemTimer for WithClock(nil).
 	ErrNilClock = errors.New("timer: nil clock")
 )
@@ -67,7 +67,7 @@ func (c *config) validate() error {
 		return ErrInvalidTick
 	case c.wheelSize < 2:
 		return ErrInvalidWheelSize
-	case c.executors < 1 && !c.inline:
+	case c.executors < 0:
 		return ErrInvalidExecutors
 	case c.clock == nil:
 		return ErrNilClock
@@ -100,6 +100,13 @@ func WithClock(clk Clock) Option {
 // WithExecutors sets how many goroutines run expired tasks. The default is 1,
 // as in Kafka, which runs tasks in expiry order; more goroutines keep a slow
 // task from delaying the others but run tasks out of order.
+//
+// Zero runs expired tasks on the goroutine that calls AdvanceClock (the
+// Reaper's), after it releases the timer's locks. Expiry is then one
+// goroutine's work instead of two: on a busy machine, where every goroutine
+// that wakes may wait for a processor, that halves the waits an expiry is
+// exposed to. The price is that a slow Run delays the timer itself. Add of a
+// task that is already due then also runs it on the caller's goroutine.
 func WithExecutors(n int) Option {
 	return optionFunc(func(c *config) { c.executors = n })
 }

@@ -107,7 +107,7 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	}
 	t.queue = newDelayQueue(c.clock, c.tick)
 	t.wheel = newWheel(1, c.wheelSize, t.nowTick(), t.queue)
-	if !c.inline {
+	if !c.inline && c.executors > 0 {
 		t.exec = newExecutor(c.executors, t.runTask)
 	}
 	return t, nil
@@ -352,14 +352,15 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 }
 
 // Size implements [Timer]. It sums the buckets' counts (Kafka keeps one
-// shared counter; a counter per bucket keeps parallel Adds off a shared cache
-// line), so it costs O(levels × wheel size). While a bucket is being flushed
+// shared counter; counters per bucket stripe keep Adds and Cancels on
+// different cores off a shared cache line), so it costs O(levels × wheel
+// size × stripes): a few hundred loads. While a bucket is being flushed
 // its entries are briefly not counted, as in Kafka.
 func (t *SystemTimer) Size() int {
 	var n int64
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
-			n += w.buckets[i].count.Load()
+			n += w.buckets[i].size()
 		}
 	})
 	return int(max(n, 0))

@@ -164,7 +164,7 @@ func TestBadInput(t *testing.T) {
 			{timer.WithTick(-time.Millisecond), timer.ErrInvalidTick},
 			{timer.WithWheelSize(0), timer.ErrInvalidWheelSize},
 			{timer.WithWheelSize(1), timer.ErrInvalidWheelSize},
-			{timer.WithExecutors(0), timer.ErrInvalidExecutors},
+			{timer.WithExecutors(-1), timer.ErrInvalidExecutors},
 			{timer.WithClock(nil), timer.ErrNilClock},
 		}
 		for _, c := range cases {

@@ -43,11 +43,17 @@ type shard[K comparable] struct {
 	_     [40]byte // keep neighbouring shards' locks off one cache line
 }
 
+// list holds one key's entries in chunks: chunks never move once
+// allocated, so a hot key with hundreds of thousands of entries grows
+// without copying them, and slack is at most one chunk.
 type list[K comparable] struct {
-	key  K
-	hs   []*operation.Handle
-	next *list[K] // another key with the same hash
+	key    K
+	chunks [][]*operation.Handle // each full but the last; sizes 4, 8, ... maxChunk
+	n      int                   // entries in all chunks
+	next   *list[K]              // another key with the same hash
 }
+
+const maxChunk = 256
 
 // New returns a Watchers with n shards (DefaultShards if n <= 0).
 func New[K comparable](n int) *Watchers[K] {
@@ -130,40 +136,76 @@ func (w *Watchers[K]) Watch(h *operation.Handle, keys []K) {
 	w.watched.Add(int64(len(keys)))
 }
 
-// push appends h, growing the list by an eighth rather than append's
-// quarter once it is large: a hot key holds tens of thousands of entries,
-// and the slack is heap per parked operation. The extra copying is a few
-// pointer moves per entry, amortised.
+// push appends h. The caller holds the shard's lock.
 func (l *list[K]) push(h *operation.Handle) {
-	if n := len(l.hs); n == cap(l.hs) && n >= 256 {
-		grown := make([]*operation.Handle, n, n+n/8)
-		copy(grown, l.hs)
-		l.hs = grown
+	last := len(l.chunks) - 1
+	if last < 0 || len(l.chunks[last]) == cap(l.chunks[last]) {
+		size := 4
+		if last >= 0 {
+			size = min(2*cap(l.chunks[last]), maxChunk)
+		}
+		l.chunks = append(l.chunks, make([]*operation.Handle, 0, size))
+		last++
 	}
-	l.hs = append(l.hs, h)
+	l.chunks[last] = append(l.chunks[last], h)
+	l.n++
 }
 
-// compactLocked drops tombstones from l, calling live for each live entry,
-// and returns how many it dropped. The caller holds the shard's lock.
+// compactLocked drops tombstones from l, keeping the order of the rest,
+// calls live for each live entry, and returns how many it dropped. Freed
+// chunks at the end are released. The caller holds the shard's lock.
 func (l *list[K]) compactLocked(live func(*operation.Base)) int {
-	j := 0
-	for _, h := range l.hs {
-		if op := h.Op(); op != nil {
-			l.hs[j] = h
-			j++
+	wc, wi := 0, 0 // write position: chunk, index
+	for _, c := range l.chunks {
+		for _, h := range c {
+			op := h.Op()
+			if op == nil {
+				continue
+			}
 			if live != nil {
 				live(op)
 			}
+			if wi == cap(l.chunks[wc]) {
+				wc, wi = wc+1, 0
+			}
+			l.chunks[wc] = l.chunks[wc][:wi+1]
+			l.chunks[wc][wi] = h
+			wi++
 		}
 	}
-	dropped := len(l.hs) - j
-	clear(l.hs[j:])
-	l.hs = l.hs[:j]
-	if j > 0 && j < cap(l.hs)/4 && cap(l.hs) > 64 {
-		// Mostly empty after a burst: give the memory back.
-		l.hs = append([]*operation.Handle(nil), l.hs...)
+	kept := 0
+	for i := range l.chunks {
+		switch {
+		case i < wc:
+			kept += len(l.chunks[i])
+		case i == wc:
+			c := l.chunks[i]
+			clear(c[wi:len(c)])
+			l.chunks[i] = c[:wi]
+			kept += wi
+		default:
+			clear(l.chunks[i])
+			l.chunks[i] = nil
+		}
 	}
+	if wi == 0 && wc < len(l.chunks) {
+		l.chunks[wc] = nil
+	} else {
+		wc++
+	}
+	l.chunks = l.chunks[:min(wc, len(l.chunks))]
+	dropped := l.n - kept
+	l.n = kept
 	return dropped
+}
+
+// each calls f for every entry, in order.
+func (l *list[K]) each(f func(*operation.Handle)) {
+	for _, c := range l.chunks {
+		for _, h := range c {
+			f(h)
+		}
+	}
 }
 
 // Check calls SafeTryComplete on every live operation watching key, and
@@ -173,7 +215,7 @@ func (w *Watchers[K]) Check(key K) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	l := sh.getLocked(hash, key)
-	if l == nil || len(l.hs) == 0 {
+	if l == nil || l.n == 0 {
 		sh.mu.Unlock()
 		return 0
 	}
@@ -221,19 +263,19 @@ func (w *Watchers[K]) Cancel(key K, counts map[*operation.Base]int) []*operation
 	if l == nil {
 		return nil
 	}
-	w.watched.Add(int64(-len(l.hs)))
+	w.watched.Add(int64(-l.n))
 	var ops []*operation.Base
 	if counts == nil {
-		counts = make(map[*operation.Base]int, len(l.hs))
+		counts = make(map[*operation.Base]int, l.n)
 	}
-	for _, h := range l.hs {
+	l.each(func(h *operation.Handle) {
 		if op := h.Op(); op != nil {
 			if counts[op] == 0 {
 				ops = append(ops, op)
 			}
 			counts[op]++
 		}
-	}
+	})
 	return ops
 }
 
@@ -249,7 +291,7 @@ func (w *Watchers[K]) Purge() int {
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
 				purged += l.compactLocked(nil)
-				if len(l.hs) == 0 {
+				if l.n == 0 {
 					empty = append(empty, l)
 				}
 			}
@@ -292,14 +334,14 @@ func (w *Watchers[K]) Each(f func(*operation.Base)) {
 		sh.mu.Lock()
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
-				for _, h := range l.hs {
+				l.each(func(h *operation.Handle) {
 					if op := h.Op(); op != nil {
 						if _, dup := seen[op]; !dup {
 							seen[op] = struct{}{}
 							ops = append(ops, op)
 						}
 					}
-				}
+				})
 			}
 		}
 		sh.mu.Unlock()

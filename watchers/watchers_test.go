@@ -139,3 +139,35 @@ func (r *reentrant) OnComplete() {
 	watch(r.w, newOp(), "other")
 }
 func (r *reentrant) OnExpiration() {}
+
+// Compaction keeps the order of live entries across chunks and frees
+// emptied chunks; it is checked against a plain slice.
+func TestCompactionAcrossChunks(t *testing.T) {
+	w := watchers.New[string](1)
+	var ops []*op
+	for range 3000 {
+		o := newOp()
+		watch(w, o, "k")
+		ops = append(ops, o)
+	}
+	var want []*operation.Base
+	for i, o := range ops {
+		if i%3 == 0 || (i > 1000 && i < 2500) {
+			o.ForceComplete()
+		} else {
+			want = append(want, &o.Base)
+		}
+	}
+	assert.Equal(t, len(ops)-len(want), w.Purge())
+	assert.Equal(t, len(want), w.Watched())
+	var got []*operation.Base
+	w.Each(func(b *operation.Base) { got = append(got, b) })
+	assert.ElementsMatch(t, want, got)
+	for _, o := range ops {
+		o.ready.Store(true)
+	}
+	assert.Equal(t, len(want), w.Check("k"))
+	assert.Equal(t, 0, w.Watched())
+	assert.Equal(t, 0, w.Purge())
+	assert.Equal(t, 0, w.Keys())
+}

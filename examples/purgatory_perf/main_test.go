@@ -1,0 +1,51 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Both implementations complete every request exactly once, by completion
+// or by expiry, and never expire one early.
+func TestRunCountsAddUp(t *testing.T) {
+	for _, impl := range []string{"purgatory", "naive"} {
+		t.Run(impl, func(t *testing.T) {
+			mixed := config{num: 3000, keys: 3, keySpace: 10, rate: 0, timeout: 40 * time.Millisecond,
+				pct50: 30, pct75: 45, impl: impl}
+			r := run(mixed)
+			assert.Equal(t, int64(mixed.num), r.completed, "every request completes once")
+			assert.Greater(t, r.expired, int64(0), "some latencies exceed the timeout")
+			assert.Less(t, r.expired, int64(mixed.num), "some complete in time")
+			assert.Equal(t, 0, r.early)
+
+			all := mixed
+			all.pct50, all.pct75 = 10_000, 10_000 // every latency is far past the timeout
+			r = run(all)
+			assert.Equal(t, int64(all.num), r.expired)
+			assert.Equal(t, 0, r.early)
+			assert.GreaterOrEqual(t, r.lateP50, time.Duration(0))
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	good := config{num: 1, keys: 1, keySpace: 1, timeout: time.Second, pct50: 1, pct75: 2, impl: "naive"}
+	assert.NoError(t, good.validate())
+	for _, bad := range []func(*config){
+		func(c *config) { c.num = 0 },
+		func(c *config) { c.keys = 0 },
+		func(c *config) { c.rate = -1 },
+		func(c *config) { c.timeout = 0 },
+		func(c *config) { c.pct75 = 0.5 },
+		func(c *config) { c.impl = "other" },
+	} {
+		c := good
+		bad(&c)
+		assert.Error(t, c.validate())
+	}
+}
