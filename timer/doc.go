@@ -72,39 +72,65 @@
 // already covers their span; Kafka accepts that waste for simplicity and so
 // does this package.
 //
+// # Overlapping levels: moving down ahead of time
+//
+// In Kafka's wheels a coarse bucket is flushed when its span starts: every
+// entry in it is moved to a finer level at that moment, and the tasks due
+// first wait until all of them have been moved. With a million timeouts due
+// within a second, one 400 ms bucket holds 400,000 entries, and moving them
+// stalls expiry for tens of milliseconds.
+//
+// This package gives each level 2n buckets while keeping the next level's
+// tick at n of this level's: a level reaches two coarse buckets ahead instead
+// of one. A coarse bucket then fits entirely one level down a whole span
+// before it is due, so it is taken from the delay queue that much early and
+// moved down in chunks of 1024 entries, between the expiries of the finest
+// level. One rule keeps the order exact: before any bucket due at or after
+// the start of a coarse bucket's span is handled, that coarse bucket is moved
+// down completely. With n = 3, level 1 has 6 one-tick buckets and reaches
+// [c, c+5]; level 2 has 6 buckets of 3 ticks and reaches [c, c+17]; the
+// bucket [c+6,c+8] of level 2 is taken at c+3 and moved into level 1 while
+// level 1 still serves [c+3, c+5].
+//
 // # The delay queue
 //
-// Only buckets that hold tasks are queued, in a heap by expiration. The
-// goroutine in AdvanceClock sleeps on one reusable timer until the earliest
-// bucket is due (or an Add queues an earlier one), flushes it and every other
-// due bucket, and sleeps again. An idle timer therefore costs nothing, and a
-// timer whose next task is an hour away wakes once, not 3.6 million times.
+// Only buckets that hold tasks are queued, in a heap by the time they are
+// due (their expiration, less a span for coarse buckets). The goroutine in
+// AdvanceClock sleeps on one reusable timer until the earliest bucket is due
+// (or an Add queues an earlier one), handles it and every other due bucket,
+// and sleeps again. An idle timer therefore costs nothing, and a timer whose
+// next task is an hour away wakes once, not 3.6 million times. The runtime's
+// timers wake on millisecond boundaries, so on Linux the last 2 ms before a
+// due bucket are slept with nanosleep.
 //
 // # Precision
 //
 // A task never runs before its deadline. Deadlines are rounded up to the next
 // tick, so a task runs no later than one tick after its deadline, plus the
-// time the reaper and executor take to get to it. Under heavy load most of
-// that extra time is cascading: when a coarse bucket comes due, every entry in
-// it is moved down at once (see docs/timer.md for the figures).
+// time the reaper and executor take to get to it (scheduling, and on a busy
+// machine waiting for a processor). docs/timer.md has measured figures.
 //
 // # Locks
 //
 // A SystemTimer has a reader/writer lock, striped by task address: Add holds
 // one stripe for reading; advancing and Close hold every stripe for writing.
-// Under it come the buckets' mutexes (never two at once), and under those the
-// delay queue's mutex. Cancel takes only the mutex of the task's bucket, so it
-// never waits for an advance. Run is called with no lock held, so a task may
-// Add or Cancel any task, itself included.
+// Under it come the buckets' locks (each bucket keeps its entries in four
+// stripes with a mutex each, never two held at once), and under those the
+// delay queue's mutex. Cancel takes only the mutex of the stripe holding the
+// task, so it never waits for an advance. Run is called with no lock held, so
+// a task may Add or Cancel any task, itself included.
 //
 // # Options and their costs
 //
 //   - [WithTick] (1ms): the precision. A finer tick wakes the reaper more often
 //     and moves each entry through more buckets.
-//   - [WithWheelSize] (20): buckets per level. Larger wheels mean fewer levels
-//     and fewer moves per entry, for 104 bytes per bucket per level.
+//   - [WithWheelSize] (20): n, the ratio of one level's tick to the next's;
+//     each level has 2n buckets. Larger wheels mean fewer levels and fewer
+//     moves per entry, for 552 bytes per bucket (four padded stripes).
 //   - [WithExecutors] (1): goroutines running expired tasks. One keeps expiry
-//     order; more keep a slow task from holding up the rest.
+//     order; more keep a slow task from holding up the rest; zero runs them on
+//     the goroutine advancing the clock, which on a busy machine halves the
+//     scheduling waits an expiry goes through (package purgatory does this).
 //   - [WithClock]: [MockClock] for tests; [MockTimer] packages the usual setup.
 //   - [WithPanicHandler], [WithLogger]: where a recovered panic is reported.
 //

@@ -179,21 +179,24 @@ func (l *list[K]) compactLocked(live func(*operation.Base)) int {
 		case i < wc:
 			kept += len(l.chunks[i])
 		case i == wc:
-			c := l.chunks[i]
-			clear(c[wi:len(c)])
+			// Clear to the capacity, not the length: the copies left behind
+			// by compaction are past the length, and the collector scans the
+			// whole array.
+			c := l.chunks[i][:cap(l.chunks[i])]
+			clear(c[wi:])
 			l.chunks[i] = c[:wi]
 			kept += wi
+		case i == wc+1:
+			// Keep one emptied chunk: a hot key that drains and fills again
+			// would otherwise allocate a chunk every few requests.
+			c := l.chunks[i][:cap(l.chunks[i])]
+			clear(c)
+			l.chunks[i] = c[:0]
 		default:
-			clear(l.chunks[i])
 			l.chunks[i] = nil
 		}
 	}
-	if wi == 0 && wc < len(l.chunks) {
-		l.chunks[wc] = nil
-	} else {
-		wc++
-	}
-	l.chunks = l.chunks[:min(wc, len(l.chunks))]
+	l.chunks = l.chunks[:min(wc+2, len(l.chunks))]
 	dropped := l.n - kept
 	l.n = kept
 	return dropped

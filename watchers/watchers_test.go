@@ -1,10 +1,12 @@
 package watchers_test
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -170,4 +172,35 @@ func TestCompactionAcrossChunks(t *testing.T) {
 	assert.Equal(t, 0, w.Watched())
 	assert.Equal(t, 0, w.Purge())
 	assert.Equal(t, 0, w.Keys())
+}
+
+// Compaction leaves no handle behind in a list's arrays: every handle that
+// was dropped becomes unreachable.
+func TestCompactionDropsReferences(t *testing.T) {
+	w := watchers.New[string](1)
+	var weakHandles []weak.Pointer[operation.Handle]
+	var ops []*op
+	for i := range 600 {
+		o := newOp()
+		h, _ := o.Park(&tracker)
+		w.Watch(h, []string{"k"})
+		if i%2 == 0 {
+			weakHandles = append(weakHandles, weak.Make(h))
+			o.ForceComplete()
+		} else {
+			ops = append(ops, o)
+		}
+	}
+	assert.Equal(t, 300, w.Purge())
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		for _, wp := range weakHandles {
+			if wp.Value() != nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "a dropped handle is still referenced")
+	assert.Equal(t, 300, w.Watched())
+	runtime.KeepAlive(ops)
 }
