@@ -59,7 +59,7 @@ perf: deps
 	bash examples/purgatory_perf/runs.sh 3
 
 demo: deps
-	$(GO) run ./examples/timer_demo
+	$(GO) run ./examples/produce_fetch
 
 clean:
 	$(GO) clean -testcache

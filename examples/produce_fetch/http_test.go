@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startServer runs the broker over HTTP on a loopback port with real
+// timers and follower goroutines.
+func startServer(t *testing.T, replicas int) (base string, b *Broker, stop func() error) {
+	t.Helper()
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 2, Replicas: replicas, Lag: time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	errc := make(chan error, 1)
+	srv := &http.Server{Addr: "127.0.0.1:0", Handler: NewServer(b), ReadHeaderTimeout: 5 * time.Second}
+	go func() { errc <- Serve(ctx, b, srv, func(a string) { addr <- a }) }()
+	base = "http://" + <-addr
+	var once sync.Once
+	var serr error
+	stop = func() error {
+		once.Do(func() { cancel(); serr = <-errc })
+		return serr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return base, b, stop
+}
+
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+func post(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func get(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func partitionOf(resp map[string]any, key string) map[string]any {
+	return resp["partitions"].(map[string]any)[key].(map[string]any)
+}
+
+func TestHTTPLongPollFetchReturnsWhenAProduceLands(t *testing.T) {
+	base, b, _ := startServer(t, 1)
+	type result struct {
+		code int
+		body map[string]any
+		took time.Duration
+	}
+	got := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		code, body := get(t, base+"/fetch?topic=t&partition=0&offset=0&min_bytes=1&max_wait_ms=20000")
+		got <- result{code, body, time.Since(start)}
+	}()
+	require.Eventually(t, func() bool { _, fs := b.Stats(); return fs.Pending == 1 }, 10*time.Second, time.Millisecond,
+		"the fetch is parked")
+
+	code, body := post(t, base+"/produce", `{"partitions":[{"topic":"t","partition":0,"records":["hello"]}],"acks":-1,"timeout_ms":5000}`)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "NONE", partitionOf(body, "t-0")["error"], "acks=all answered once the follower caught up")
+
+	r := <-got
+	assert.Equal(t, http.StatusOK, r.code)
+	assert.Equal(t, []any{"hello"}, partitionOf(r.body, "t-0")["records"])
+	assert.Less(t, r.took, 15*time.Second, "answered by the produce, not by max_wait")
+}
+
+func TestHTTPProduceToAStoppedFollowerTimesOut(t *testing.T) {
+	base, b, _ := startServer(t, 1)
+	require.NoError(t, b.SetFollower(tp(1), 1, 0, true))
+	code, body := post(t, base+"/produce", `{"partitions":[{"topic":"t","partition":1,"records":["x"]}],"timeout_ms":200}`)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "REQUEST_TIMED_OUT", partitionOf(body, "t-1")["error"])
+}
+
+func TestHTTPBadRequests(t *testing.T) {
+	base, _, _ := startServer(t, 0)
+	cases := []struct {
+		name, method, path, body string
+		code                     int
+	}{
+		{"malformed JSON", "POST", "/produce", `{"partitions":`, 400},
+		{"unknown field", "POST", "/produce", `{"nope":1}`, 400},
+		{"no partitions", "POST", "/produce", `{"timeout_ms":100}`, 400},
+		{"bad acks", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"acks":2,"timeout_ms":100}`, 400},
+		{"no timeout", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}]}`, 400},
+		{"unknown partition", "POST", "/produce", `{"partitions":[{"topic":"t","partition":9,"records":["a"]}],"timeout_ms":100}`, 404},
+		{"oversized body", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["` + strings.Repeat("a", maxBodyBytes) + `"]}],"timeout_ms":100}`, 413},
+		{"fetch without partition", "GET", "/fetch?topic=t", "", 400},
+		{"fetch unknown partition", "GET", "/fetch?topic=t&partition=5", "", 404},
+		{"fetch negative offset", "GET", "/fetch?topic=t&partition=0&offset=-1", "", 400},
+		{"fetch bad max wait", "GET", "/fetch?topic=t&partition=0&max_wait_ms=abc", "", 400},
+		{"wrong method", "GET", "/produce", "", 405},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := http.NewRequest(c.method, base+c.path, bytes.NewBufferString(c.body))
+			require.NoError(t, err)
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			assert.Equal(t, c.code, resp.StatusCode)
+			if c.code != 405 {
+				var e map[string]string
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+				assert.NotEmpty(t, e["error"])
+			} else {
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+		})
+	}
+}
+
+func TestHTTPDebugVarsShowsStats(t *testing.T) {
+	base, _, _ := startServer(t, 0)
+	code, body := get(t, base+"/debug/vars")
+	assert.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "purgatory")
+	assert.Contains(t, body["purgatory"], "produce")
+	assert.Contains(t, body, "memstats")
+}
+
+// Shutting down with parked requests answers every one of them.
+func TestHTTPShutdownAnswersParkedRequests(t *testing.T) {
+	base, b, stop := startServer(t, 1)
+	require.NoError(t, b.SetFollower(tp(0), 1, 0, true))
+	const fetches = 5
+	codes := make(chan int, fetches+1)
+	errs := make(chan string, 1)
+	for i := range fetches {
+		go func() {
+			code, _ := get(t, fmt.Sprintf("%s/fetch?topic=t&partition=%d&offset=0&max_wait_ms=30000", base, i%2))
+			codes <- code
+		}()
+	}
+	go func() {
+		code, body := post(t, base+"/produce", `{"partitions":[{"topic":"t","partition":0,"records":["x"]}],"timeout_ms":30000}`)
+		codes <- code
+		errs <- partitionOf(body, "t-0")["error"].(string)
+	}()
+	require.Eventually(t, func() bool {
+		ps, fs := b.Stats()
+		return ps.Pending == 1 && fs.Pending == fetches
+	}, 10*time.Second, time.Millisecond, "everything is parked")
+	require.NoError(t, stop())
+	for range fetches + 1 {
+		select {
+		case code := <-codes:
+			assert.Equal(t, http.StatusOK, code)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a parked request was not answered")
+		}
+	}
+	assert.Equal(t, "REQUEST_TIMED_OUT", <-errs)
+}
