@@ -10,32 +10,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
+	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type op struct {
-	operation.Base
-	ready               atomic.Bool
-	completes, expiries atomic.Int32
-}
+type op = optest.Op
 
-func newOp(d time.Duration) *op {
-	o := &op{}
-	o.Init(o, d)
-	return o
-}
-
-func (o *op) TryComplete() bool {
-	if o.ready.Load() {
-		return o.ForceComplete()
-	}
-	return false
-}
-func (o *op) OnComplete()   { o.completes.Add(1) }
-func (o *op) OnExpiration() { o.expiries.Add(1) }
+func newOp(d time.Duration) *op { return optest.New(d) }
 
 // ForceComplete from many goroutines at once, racing expiry: one winner,
 // OnComplete once, OnExpiration only if expiry won.
@@ -58,8 +42,8 @@ func TestForceCompleteHasOneWinner(t *testing.T) {
 		}
 		mt.Advance(time.Millisecond)
 		wg.Wait()
-		assert.Equal(t, int32(1), o.completes.Load())
-		expired := o.expiries.Load() == 1
+		assert.Equal(t, int32(1), o.Completes.Load())
+		expired := o.Expiries.Load() == 1
 		assert.Equal(t, expired, o.IsExpired())
 		if expired {
 			assert.Equal(t, int32(0), wins.Load())
@@ -80,7 +64,7 @@ func TestCompletionCancelsTimeout(t *testing.T) {
 	assert.Equal(t, 0, mt.Size())
 	assert.False(t, o.ForceComplete())
 	mt.Advance(time.Hour)
-	assert.Equal(t, int32(0), o.expiries.Load())
+	assert.Equal(t, int32(0), o.Expiries.Load())
 }
 
 func TestInitChecksSelf(t *testing.T) {

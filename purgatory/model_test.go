@@ -56,7 +56,7 @@ func (m *purgatoryModel) step(r *rand.Rand) {
 			o.keys = append(o.keys, fmt.Sprintf("k%d", i))
 		}
 		o.completable = r.IntN(10) == 0
-		o.op.completable.Store(o.completable)
+		o.op.Ready.Store(o.completable)
 		m.ops = append(m.ops, o)
 		done, err := m.p.TryCompleteElseWatch(o.op, o.keys...)
 		require.NoError(t, err)
@@ -74,7 +74,7 @@ func (m *purgatoryModel) step(r *rand.Rand) {
 		if ps := m.pending(); len(ps) > 0 {
 			o := ps[r.IntN(len(ps))]
 			o.completable = true
-			o.op.completable.Store(true)
+			o.op.Ready.Store(true)
 		}
 	case k < 7: // check a key
 		key := fmt.Sprintf("k%d", r.IntN(8))
@@ -127,11 +127,11 @@ func (m *purgatoryModel) check() {
 			require.False(t, o.op.IsCompleted(), "op %d completed too soon", i)
 			watched += len(o.keys)
 		case "early":
-			require.Equal(t, int32(1), o.op.completes.Load(), "op %d", i)
-			require.Equal(t, int32(0), o.op.expiries.Load(), "op %d", i)
+			require.Equal(t, int32(1), o.op.Completes.Load(), "op %d", i)
+			require.Equal(t, int32(0), o.op.Expiries.Load(), "op %d", i)
 		case "expired":
-			require.Equal(t, int32(1), o.op.completes.Load(), "op %d", i)
-			require.Equal(t, int32(1), o.op.expiries.Load(), "op %d", i)
+			require.Equal(t, int32(1), o.op.Completes.Load(), "op %d", i)
+			require.Equal(t, int32(1), o.op.Expiries.Load(), "op %d", i)
 		}
 		if o.delayed {
 			delayed++

@@ -52,66 +52,56 @@ func parkIdle(b *testing.B, p *purgatory.Purgatory[tpKey, *benchOp], n int) {
 	}
 }
 
+// watchAndComplete parks a new operation on three hot keys chosen by base
+// and i, and completes it through one of them.
+func watchAndComplete(b *testing.B, p *purgatory.Purgatory[tpKey, *benchOp], base, i int32) {
+	o := newBenchOp(30 * time.Second)
+	k := base + i%1000
+	keys := []tpKey{{Topic: "hot", Partition: k}, {Topic: "hot", Partition: k + 1000}, {Topic: "hot", Partition: k + 2000}}
+	if done, err := p.TryCompleteElseWatch(o, keys...); err != nil || done {
+		b.Fatal("not parked", err)
+	}
+	o.ready.Store(true)
+	if p.CheckAndComplete(keys[1]) != 1 {
+		b.Fatal("not completed")
+	}
+}
+
+// newBenchPurgatory returns a purgatory with pending operations parked on
+// keys of their own, shut down (outside the timing) when the benchmark ends.
+func newBenchPurgatory(b *testing.B, pending int) *purgatory.Purgatory[tpKey, *benchOp] {
+	b.Helper()
+	p, err := purgatory.New[tpKey, *benchOp]("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	parkIdle(b, p, pending)
+	return p
+}
+
 // BenchmarkWatchAndComplete parks an operation on three keys and completes
 // it with CheckAndComplete on one of them, while N others wait.
 func BenchmarkWatchAndComplete(b *testing.B) {
 	for _, pending := range []int{0, 100_000, 1_000_000} {
 		name := "pending=" + strconv.Itoa(pending)
 		b.Run(name, func(b *testing.B) {
-			p, err := purgatory.New[tpKey, *benchOp]("bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				b.StopTimer() // expiring the idle operations is not the benchmark
-				_ = p.Shutdown(context.Background())
-			}()
-			parkIdle(b, p, pending)
+			p := newBenchPurgatory(b, pending)
 			b.ReportAllocs()
 			b.ResetTimer()
-			i := int32(0)
-			for b.Loop() {
-				o := newBenchOp(30 * time.Second)
-				k := i % 1000
-				i++
-				keys := []tpKey{{Topic: "hot", Partition: k}, {Topic: "hot", Partition: k + 1000}, {Topic: "hot", Partition: k + 2000}}
-				if done, err := p.TryCompleteElseWatch(o, keys...); err != nil || done {
-					b.Fatal("not parked", err)
-				}
-				o.ready.Store(true)
-				if p.CheckAndComplete(keys[1]) != 1 {
-					b.Fatal("not completed")
-				}
+			for i := int32(0); b.Loop(); i++ {
+				watchAndComplete(b, p, 0, i)
 			}
 		})
 		b.Run(name+"/parallel", func(b *testing.B) {
-			p, err := purgatory.New[tpKey, *benchOp]("bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				b.StopTimer() // expiring the idle operations is not the benchmark
-				_ = p.Shutdown(context.Background())
-			}()
-			parkIdle(b, p, pending)
+			p := newBenchPurgatory(b, pending)
 			var seq atomic.Int32
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				base := seq.Add(1) * 100_000
-				i := int32(0)
-				for pb.Next() {
-					o := newBenchOp(30 * time.Second)
-					k := base + i%1000
-					i++
-					keys := []tpKey{{Topic: "hot", Partition: k}, {Topic: "hot", Partition: k + 1000}, {Topic: "hot", Partition: k + 2000}}
-					if done, err := p.TryCompleteElseWatch(o, keys...); err != nil || done {
-						b.Fatal("not parked", err)
-					}
-					o.ready.Store(true)
-					if p.CheckAndComplete(keys[1]) != 1 {
-						b.Fatal("not completed")
-					}
+				base := seq.Add(1) * 100_000 // each goroutine on keys of its own
+				for i := int32(0); pb.Next(); i++ {
+					watchAndComplete(b, p, base, i)
 				}
 			})
 		})

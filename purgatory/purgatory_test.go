@@ -14,42 +14,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-// mockOp is Kafka DelayedOperationTest's MockDelayedOperation: it completes
-// once marked completable, and counts its callbacks.
-type mockOp struct {
-	operation.Base
-	completable atomic.Bool
-	completes   atomic.Int32
-	expiries    atomic.Int32
-	onComplete  func()
-}
+// mockOp is Kafka DelayedOperationTest's MockDelayedOperation.
+type mockOp = optest.Op
 
 func newOp(timeout time.Duration, opts ...operation.InitOption) *mockOp {
-	o := &mockOp{}
-	o.Init(o, timeout, opts...)
-	return o
+	return optest.New(timeout, opts...)
 }
-
-func (o *mockOp) TryComplete() bool {
-	if o.completable.Load() {
-		return o.ForceComplete()
-	}
-	return false
-}
-
-func (o *mockOp) OnComplete() {
-	o.completes.Add(1)
-	if o.onComplete != nil {
-		o.onComplete()
-	}
-}
-
-func (o *mockOp) OnExpiration() { o.expiries.Add(1) }
 
 type pg = purgatory.Purgatory[string, *mockOp]
 
@@ -80,14 +56,14 @@ func TestRequestSatisfaction(t *testing.T) {
 	mustPark(t, p, r2, "test2")
 	assert.Equal(t, 0, p.CheckAndComplete("test1"), "r1 not satisfied yet")
 	assert.Equal(t, 0, p.CheckAndComplete("test2"), "r2 not satisfied yet")
-	r1.completable.Store(true)
+	r1.Ready.Store(true)
 	assert.Equal(t, 1, p.CheckAndComplete("test1"))
 	assert.Equal(t, 0, p.CheckAndComplete("test2"))
-	r2.completable.Store(true)
+	r2.Ready.Store(true)
 	assert.Equal(t, 1, p.CheckAndComplete("test2"))
 	assert.Equal(t, 0, p.CheckAndComplete("test2"), "already completed")
-	assert.Equal(t, int32(1), r1.completes.Load())
-	assert.Equal(t, int32(0), r1.expiries.Load())
+	assert.Equal(t, int32(1), r1.Completes.Load())
+	assert.Equal(t, int32(0), r1.Expiries.Load())
 	assert.Equal(t, uint64(2), p.Stats().CompletedEarly)
 }
 
@@ -96,7 +72,7 @@ func TestRequestSatisfaction(t *testing.T) {
 func TestCompletesWithinTryCompleteElseWatch(t *testing.T) {
 	p, _ := newMockPurgatory(t)
 	op := newOp(time.Second)
-	op.completable.Store(true)
+	op.Ready.Store(true)
 	done, err := p.TryCompleteElseWatch(op, "k")
 	require.NoError(t, err)
 	assert.True(t, done)
@@ -122,8 +98,8 @@ func TestRequestExpiry(t *testing.T) {
 	mt.Advance(100 * time.Millisecond)
 	assert.True(t, r2.IsExpired())
 	for _, r := range []*mockOp{r1, r2} {
-		assert.Equal(t, int32(1), r.completes.Load())
-		assert.Equal(t, int32(1), r.expiries.Load())
+		assert.Equal(t, int32(1), r.Completes.Load())
+		assert.Equal(t, int32(1), r.Expiries.Load())
 	}
 	assert.Equal(t, 0, p.NumDelayed())
 	assert.Equal(t, uint64(2), p.Stats().Expired)
@@ -164,7 +140,7 @@ func TestCompletedOperationBecomesUnreachable(t *testing.T) {
 	op := newOp(time.Hour)
 	mustPark(t, p, op, "a", "b")
 	wp := weak.Make(op)
-	op.completable.Store(true)
+	op.Ready.Store(true)
 	require.Equal(t, 1, p.CheckAndComplete("a"))
 	op = nil
 	require.Eventually(t, func() bool {
@@ -190,9 +166,9 @@ func TestCancelForKey(t *testing.T) {
 	assert.Nil(t, p.CancelForKey("key"))
 	assert.Nil(t, p.CancelForKey("missing"))
 	mt.Advance(time.Hour)
-	assert.Equal(t, int32(0), a.completes.Load(), "a cancelled operation does not expire")
+	assert.Equal(t, int32(0), a.Completes.Load(), "a cancelled operation does not expire")
 	assert.False(t, a.IsCompleted())
-	assert.Equal(t, int32(1), c.expiries.Load())
+	assert.Equal(t, int32(1), c.Expiries.Load())
 }
 
 // recordingLocker records whether it is held, so TryComplete can check it.
@@ -233,7 +209,7 @@ func TestTryCompleteHoldsTheLock(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, done)
 	assert.Equal(t, int32(1), l.counts.Load(), "one lock across both checks and the watch")
-	op.completable.Store(true)
+	op.Ready.Store(true)
 	assert.Equal(t, 1, p.CheckAndComplete("k"))
 	assert.Equal(t, int32(0), op.unlocked.Load())
 	assert.False(t, l.held.Load())
@@ -247,13 +223,13 @@ func TestSafeTryCompleteOrElse(t *testing.T) {
 	assert.True(t, called)
 
 	op = newOp(time.Second)
-	op.completable.Store(true)
+	op.Ready.Store(true)
 	called = false
 	assert.True(t, op.SafeTryCompleteOrElse(func() { called = true }))
 	assert.False(t, called, "the else function runs only when the first check fails")
 
 	op = newOp(time.Second)
-	assert.True(t, op.SafeTryCompleteOrElse(func() { op.completable.Store(true) }),
+	assert.True(t, op.SafeTryCompleteOrElse(func() { op.Ready.Store(true) }),
 		"the last check sees what happened in the else function")
 }
 
@@ -343,8 +319,8 @@ func TestShutdownExpiresPending(t *testing.T) {
 	require.NoError(t, p.Shutdown(context.Background()))
 	require.NoError(t, p.Shutdown(context.Background()), "idempotent")
 	for _, o := range ops {
-		assert.Equal(t, int32(1), o.completes.Load())
-		assert.Equal(t, int32(1), o.expiries.Load())
+		assert.Equal(t, int32(1), o.Completes.Load())
+		assert.Equal(t, int32(1), o.Expiries.Load())
 	}
 	assert.Equal(t, 0, p.NumDelayed())
 	_, err = p.TryCompleteElseWatch(newOp(time.Second), "a")
@@ -368,9 +344,9 @@ func TestReentrantCallbacks(t *testing.T) {
 	b := newOp(time.Hour)
 	mustPark(t, p, b, "b")
 	a := newOp(time.Hour)
-	a.onComplete = func() {
+	a.OnCompleteHook = func() {
 		p.CheckAndComplete("a") // a's own key, while a's lock is held
-		b.completable.Store(true)
+		b.Ready.Store(true)
 		p.CheckAndComplete("b")
 		c := newOp(time.Hour)
 		_, err := other.TryCompleteElseWatch(c, "c")
@@ -379,7 +355,7 @@ func TestReentrantCallbacks(t *testing.T) {
 		assert.NoError(t, err)
 	}
 	mustPark(t, p, a, "a")
-	a.completable.Store(true)
+	a.Ready.Store(true)
 	done := make(chan int)
 	go func() { done <- p.CheckAndComplete("a") }()
 	select {
@@ -401,11 +377,11 @@ func TestReentrantCheckWithSharedLock(t *testing.T) {
 	a := newOp(time.Hour, operation.WithLock(&shared))
 	mustPark(t, p, b, "b")
 	mustPark(t, p, a, "a")
-	a.onComplete = func() {
-		b.completable.Store(true)
+	a.OnCompleteHook = func() {
+		b.Ready.Store(true)
 		p.CheckAndComplete("b") // b's lock is held by this goroutine
 	}
-	a.completable.Store(true)
+	a.Ready.Store(true)
 	done := make(chan struct{})
 	go func() { p.CheckAndComplete("a"); close(done) }()
 	select {
@@ -422,7 +398,7 @@ type panicOp struct {
 }
 
 func (o *panicOp) TryComplete() bool {
-	if o.where == "TryComplete" && o.completable.Load() {
+	if o.where == "TryComplete" && o.Ready.Load() {
 		panic("try")
 	}
 	return o.mockOp.TryComplete()
@@ -456,10 +432,10 @@ func TestPanickingCallbacks(t *testing.T) {
 		return o
 	}
 	tc, oc, oe := mk("TryComplete"), mk("OnComplete"), mk("OnExpiration")
-	tc.completable.Store(true)
+	tc.Ready.Store(true)
 	assert.Equal(t, 0, p.CheckAndComplete("TryComplete"))
 	assert.False(t, tc.IsCompleted())
-	oc.completable.Store(true)
+	oc.Ready.Store(true)
 	assert.Equal(t, 1, p.CheckAndComplete("OnComplete"))
 	assert.True(t, oc.IsCompleted())
 	mt.Advance(time.Second)
@@ -470,7 +446,7 @@ func TestPanickingCallbacks(t *testing.T) {
 
 	again := &panicOp{}
 	again.Init(again, time.Second)
-	again.completable.Store(true)
+	again.Ready.Store(true)
 	done, err := p.TryCompleteElseWatch(again, "x")
 	require.NoError(t, err)
 	assert.True(t, done, "the purgatory works after panics")
@@ -487,7 +463,7 @@ func TestHeterogeneousKeys(t *testing.T) {
 	done, err := p.TryCompleteElseWatch(op, tp, operation.GroupJoinKey{GroupID: "g"}, "plain")
 	require.NoError(t, err)
 	require.False(t, done)
-	op.completable.Store(true)
+	op.Ready.Store(true)
 	assert.Equal(t, 0, p.CheckAndComplete(operation.TopicPartitionKey{Topic: "t", Partition: 2}))
 	assert.Equal(t, 1, p.CheckAndComplete(operation.TopicPartitionKey{Topic: "t", Partition: 1}))
 	assert.Equal(t, 0, p.Watched())

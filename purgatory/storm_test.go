@@ -72,7 +72,7 @@ func TestExactlyOnceStorm(t *testing.T) {
 					ops[i].ForceComplete()
 					continue
 				}
-				ops[i].completable.Store(true)
+				ops[i].Ready.Store(true)
 				ks := opKeys[i]
 				p.CheckAndComplete(ks[r.IntN(len(ks))])
 			}
@@ -88,8 +88,8 @@ func TestExactlyOnceStorm(t *testing.T) {
 	assert.Equal(t, 0, p.Watched())
 	var expired uint64
 	for i, o := range ops {
-		require.Equal(t, int32(1), o.completes.Load(), "operation %d: OnComplete count", i)
-		e := o.expiries.Load()
+		require.Equal(t, int32(1), o.Completes.Load(), "operation %d: OnComplete count", i)
+		e := o.Expiries.Load()
 		require.LessOrEqual(t, e, int32(1))
 		require.Equal(t, o.IsExpired(), e == 1, "operation %d: OnExpiration only where expiry won", i)
 		expired += uint64(e)

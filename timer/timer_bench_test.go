@@ -26,45 +26,61 @@ func randomHour(r *rand.Rand) time.Duration {
 	return time.Minute + time.Duration(r.Int64N(int64(time.Hour-time.Minute)))
 }
 
+// loadedWheel returns a timer with pending tasks waiting, spread over an
+// hour, and stops the benchmark's clock before closing it.
+func loadedWheel(b *testing.B, pending int) *timer.SystemTimer {
+	b.Helper()
+	tm, err := timer.NewSystemTimer("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	others := make([]nopTask, pending)
+	for i := range others {
+		others[i].SetDelay(randomHour(r))
+		_ = tm.Add(&others[i])
+	}
+	b.Cleanup(func() {
+		runtime.KeepAlive(others)
+		_ = tm.Close()
+	})
+	return tm
+}
+
+// loadedRuntime starts pending runtime timers spread over an hour, stopped
+// when the benchmark ends.
+func loadedRuntime(b *testing.B, pending int) {
+	b.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	others := make([]*time.Timer, pending)
+	for i := range others {
+		others[i] = time.AfterFunc(randomHour(r), func() {})
+	}
+	b.Cleanup(func() {
+		for _, t := range others {
+			t.Stop()
+		}
+	})
+}
+
 // BenchmarkAddCancel measures Add followed by Cancel of one task while many
 // others wait, against time.AfterFunc followed by Stop at the same count.
 func BenchmarkAddCancel(b *testing.B) {
 	for _, pending := range pendingCounts {
 		b.Run("impl=wheel/pending="+strconv.Itoa(pending), func(b *testing.B) {
-			tm, err := timer.NewSystemTimer("bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { b.StopTimer(); _ = tm.Close() }()
-			r := rand.New(rand.NewPCG(1, 2))
-			others := make([]nopTask, pending)
-			for i := range others {
-				others[i].SetDelay(randomHour(r))
-				_ = tm.Add(&others[i])
-			}
+			tm := loadedWheel(b, pending)
 			task := &nopTask{}
-			task.SetDelay(randomHour(r))
+			task.SetDelay(randomHour(rand.New(rand.NewPCG(3, 4))))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				_ = tm.Add(task)
 				task.Cancel()
 			}
-			b.StopTimer()
-			runtime.KeepAlive(others)
 		})
 		b.Run("impl=runtime/pending="+strconv.Itoa(pending), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(1, 2))
-			others := make([]*time.Timer, pending)
-			for i := range others {
-				others[i] = time.AfterFunc(randomHour(r), func() {})
-			}
-			defer func() {
-				for _, t := range others {
-					t.Stop()
-				}
-			}()
-			d := randomHour(r)
+			loadedRuntime(b, pending)
+			d := randomHour(rand.New(rand.NewPCG(3, 4)))
 			f := func() {}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -79,50 +95,27 @@ func BenchmarkAddCancel(b *testing.B) {
 func BenchmarkAddCancelParallel(b *testing.B) {
 	const pending = 1_000_000
 	b.Run("impl=wheel/pending=1000000", func(b *testing.B) {
-		tm, err := timer.NewSystemTimer("bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { b.StopTimer(); _ = tm.Close() }()
-		r := rand.New(rand.NewPCG(1, 2))
-		others := make([]nopTask, pending)
-		for i := range others {
-			others[i].SetDelay(randomHour(r))
-			_ = tm.Add(&others[i])
-		}
+		tm := loadedWheel(b, pending)
 		var seed atomic.Uint64
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			r := rand.New(rand.NewPCG(seed.Add(1), 3))
 			task := &nopTask{}
-			task.SetDelay(randomHour(r))
+			task.SetDelay(randomHour(rand.New(rand.NewPCG(seed.Add(1), 3))))
 			for pb.Next() {
 				_ = tm.Add(task)
 				task.Cancel()
 			}
 		})
-		b.StopTimer()
-		runtime.KeepAlive(others)
 	})
 	b.Run("impl=runtime/pending=1000000", func(b *testing.B) {
-		r := rand.New(rand.NewPCG(1, 2))
-		others := make([]*time.Timer, pending)
-		for i := range others {
-			others[i] = time.AfterFunc(randomHour(r), func() {})
-		}
-		defer func() {
-			for _, t := range others {
-				t.Stop()
-			}
-		}()
+		loadedRuntime(b, pending)
 		var seed atomic.Uint64
 		f := func() {}
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			r := rand.New(rand.NewPCG(seed.Add(1), 3))
-			d := randomHour(r)
+			d := randomHour(rand.New(rand.NewPCG(seed.Add(1), 3)))
 			for pb.Next() {
 				time.AfterFunc(d, f).Stop()
 			}

@@ -3,7 +3,6 @@ package watchers_test
 import (
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"weak"
@@ -12,32 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/watchers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type op struct {
-	operation.Base
-	ready     atomic.Bool
-	completes atomic.Int32
-}
+type op = optest.Op
 
-func newOp() *op {
-	o := &op{}
-	o.Init(o, time.Hour)
-	return o
-}
-
-func (o *op) TryComplete() bool {
-	if o.ready.Load() {
-		return o.ForceComplete()
-	}
-	return false
-}
-func (o *op) OnComplete()   { o.completes.Add(1) }
-func (o *op) OnExpiration() {}
+func newOp() *op { return optest.New(time.Hour) }
 
 var tracker operation.Tracker
 
@@ -58,7 +41,7 @@ func TestWatchCheckCancelPurge(t *testing.T) {
 	assert.Equal(t, 3, w.Watched())
 	assert.Equal(t, 2, w.Keys())
 	assert.Equal(t, 0, w.Check("x"))
-	a.ready.Store(true)
+	a.Ready.Store(true)
 	assert.Equal(t, 1, w.Check("x"))
 	assert.Equal(t, 2, w.Watched(), "x dropped a's entry; y keeps a tombstone")
 	assert.Equal(t, 1, w.Purge())
@@ -96,7 +79,7 @@ func TestRemoveEmptyKeyRacingWatch(t *testing.T) {
 	wg.Wait()
 	for _, os := range kept {
 		for _, o := range os {
-			o.ready.Store(true)
+			o.Ready.Store(true)
 		}
 	}
 	assert.Equal(t, goroutines*perG/2, w.Check("k"), "no operation was lost with a removed list")
@@ -136,7 +119,7 @@ func (r *reentrant) TryComplete() bool {
 	return r.ForceComplete()
 }
 func (r *reentrant) OnComplete() {
-	r.inner.ready.Store(true)
+	r.inner.Ready.Store(true)
 	r.w.Check("k")
 	watch(r.w, newOp(), "other")
 }
@@ -166,7 +149,7 @@ func TestCompactionAcrossChunks(t *testing.T) {
 	w.Each(func(b *operation.Base) { got = append(got, b) })
 	assert.ElementsMatch(t, want, got)
 	for _, o := range ops {
-		o.ready.Store(true)
+		o.Ready.Store(true)
 	}
 	assert.Equal(t, len(want), w.Check("k"))
 	assert.Equal(t, 0, w.Watched())

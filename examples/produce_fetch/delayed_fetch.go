@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/purgatory-go/purgatory/operation"
@@ -48,11 +50,7 @@ func NewDelayedFetch(b *Broker, offsets map[tpKey]int64, minBytes, maxBytes int6
 
 // Keys are the partitions the fetch reads.
 func (f *DelayedFetch) Keys() []tpKey {
-	keys := make([]tpKey, 0, len(f.offsets))
-	for tp := range f.offsets {
-		keys = append(keys, tp)
-	}
-	return keys
+	return slices.Collect(maps.Keys(f.offsets))
 }
 
 // limit is the offset a fetch may read up to.

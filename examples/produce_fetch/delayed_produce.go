@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/purgatory-go/purgatory/operation"
@@ -55,11 +57,7 @@ func NewDelayedProduce(b *Broker, timeout time.Duration, required map[tpKey]int6
 
 // Keys are the partitions the request waits on.
 func (d *DelayedProduce) Keys() []tpKey {
-	keys := make([]tpKey, 0, len(d.status))
-	for tp := range d.status {
-		keys = append(keys, tp)
-	}
-	return keys
+	return slices.Collect(maps.Keys(d.status))
 }
 
 // TryComplete settles each partition that can be settled: its high
