@@ -27,8 +27,18 @@ func newExecutor(workers int, run func(Task)) *executor {
 	return x
 }
 
+// submit queues tasks for the workers. After close it runs them on the
+// caller instead: a task that fired must run, and a step that collected it
+// just before Close would otherwise hand it to workers that have exited.
 func (x *executor) submit(tasks ...Task) {
 	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		for _, t := range tasks {
+			x.run(t)
+		}
+		return
+	}
 	wasEmpty := len(x.queue) == 0
 	x.queue = append(x.queue, tasks...)
 	x.mu.Unlock()

@@ -327,3 +327,14 @@ func TestHugeDelaySaturates(t *testing.T) {
 func TestTaskBaseIs64Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(64), unsafe.Sizeof(TaskBase{}))
 }
+
+// A task handed to the executor after Close still runs: it has fired, so
+// Cancel can no longer stop it, and dropping it would lose it silently.
+func TestSubmitAfterCloseRunsTask(t *testing.T) {
+	st, err := NewSystemTimer("late")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	p := newProbe(0)
+	st.exec.submit(p)
+	assert.Equal(t, int32(1), p.runs.Load())
+}
