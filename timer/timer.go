@@ -60,11 +60,10 @@ type SystemTimer struct {
 	// stripe) while the wheels advance and while closing. Lock order: mu,
 	// then a bucket's mu, then the delay queue's mu.
 	mu      lockShards
-	wheel   *wheel      // finest level; coarser ones hang off it
-	closed  bool        // guarded by mu
-	flushed []*TaskBase // scratch for Close, guarded by mu (write)
-	expired []Task      // expired tasks of one step, guarded by mu (write)
-	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
+	wheel   *wheel    // finest level; coarser ones hang off it
+	closed  bool      // guarded by mu
+	expired []Task    // expired tasks of one step, guarded by mu (write)
+	backlog []*bucket // coarse buckets being moved down, guarded by mu (write)
 
 	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
 	spareMu    sync.Mutex
@@ -386,16 +385,15 @@ func (t *SystemTimer) Close() error {
 		return nil
 	}
 	t.closed = true
+	var flushed []*TaskBase
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
-			t.flushed = w.buckets[i].flush(t.flushed[:0])
-			for _, e := range t.flushed {
+			flushed = w.buckets[i].flush(flushed[:0])
+			for _, e := range flushed {
 				e.Cancel()
 			}
 		}
 	})
-	clear(t.flushed)
-	t.flushed = nil
 	clear(t.backlog)
 	t.backlog = nil
 	t.backlogLen.Store(0)
