@@ -1,6 +1,7 @@
 package operation_test
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -8,10 +9,13 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -25,10 +29,13 @@ func newOp(d time.Duration) *op { return optest.New(d) }
 // OnComplete once, OnExpiration only if expiry won.
 func TestForceCompleteHasOneWinner(t *testing.T) {
 	mt := timer.NewMockTimer()
-	defer mt.Close()
+	p, err := purgatory.New[string, *op]("winner", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
 	for range 200 {
 		o := newOp(time.Millisecond)
-		assert.NoError(t, mt.Add(o))
+		_, err := p.TryCompleteElseWatch(o, "k")
+		require.NoError(t, err)
 		var wins atomic.Int32
 		var wg sync.WaitGroup
 		for range 4 {
@@ -51,20 +58,9 @@ func TestForceCompleteHasOneWinner(t *testing.T) {
 			assert.Equal(t, int32(1), wins.Load())
 		}
 	}
-}
-
-// A cancelled timeout does not expire a completed operation.
-func TestCompletionCancelsTimeout(t *testing.T) {
-	mt := timer.NewMockTimer()
-	defer mt.Close()
-	o := newOp(time.Second)
-	assert.NoError(t, mt.Add(o))
-	assert.Equal(t, 1, mt.Size())
-	assert.True(t, o.ForceComplete())
-	assert.Equal(t, 0, mt.Size())
-	assert.False(t, o.ForceComplete())
-	mt.Advance(time.Hour)
-	assert.Equal(t, int32(0), o.Expiries.Load())
+	assert.Equal(t, 0, p.NumDelayed())
+	st := p.Stats()
+	assert.Equal(t, uint64(200), st.CompletedEarly+st.Expired)
 }
 
 func TestInitChecksSelf(t *testing.T) {
@@ -72,12 +68,26 @@ func TestInitChecksSelf(t *testing.T) {
 		var o op
 		o.Init(nil, time.Second)
 	})
-	var o op
-	assert.False(t, o.Initialised())
+	var o, other op
+	assert.Panics(t, func() { o.Init(&other, time.Second) })
 	o.Init(&o, time.Second)
-	assert.True(t, o.Initialised())
-	assert.Equal(t, time.Second, o.Delay())
-	assert.Same(t, &o, o.Self())
+	assert.Equal(t, time.Second, o.Timeout())
+}
+
+// Cause is nil until the operation completes, and nil for an early
+// completion.
+func TestCauseOfEarlyCompletion(t *testing.T) {
+	o := newOp(time.Second)
+	assert.NoError(t, o.Cause())
+	assert.True(t, o.ForceComplete())
+	assert.NoError(t, o.Cause())
+	assert.False(t, o.IsExpired())
+	assert.False(t, o.IsCancelled())
+}
+
+// MaxKeys matches the lifecycle's watch counter.
+func TestMaxKeys(t *testing.T) {
+	assert.Equal(t, lifecycle.MaxKeys, operation.MaxKeys)
 }
 
 func TestKeysPrint(t *testing.T) {
@@ -88,34 +98,4 @@ func TestKeysPrint(t *testing.T) {
 // Base stays at 80 bytes: TaskBase plus two pointers.
 func TestBaseIs80Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
-}
-
-// The operation's own lock excludes, blocks and wakes like a mutex.
-func TestOwnLockExcludes(t *testing.T) {
-	o := newOp(time.Second)
-	l := o.Lock()
-	var inside, maxInside atomic.Int32
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 2000 {
-				l.Lock()
-				n := inside.Add(1)
-				if n > maxInside.Load() {
-					maxInside.Store(n)
-				}
-				inside.Add(-1)
-				l.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, int32(1), maxInside.Load())
-	tl := l.(interface{ TryLock() bool })
-	assert.True(t, tl.TryLock())
-	assert.False(t, tl.TryLock())
-	l.Unlock()
-	assert.Panics(t, func() { l.Unlock() })
 }

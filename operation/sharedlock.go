@@ -1,10 +1,10 @@
 package operation
 
-import "sync"
+import "github.com/purgatory-go/purgatory/internal/lifecycle"
 
 // SharedLock is a lock that several operations share (Kafka's lockOpt, used
-// where one group's join, sync and heartbeat operations must not interleave).
-// Pass it to WithLock.
+// where one group's join, sync and heartbeat operations must not
+// interleave). Pass it to WithLock.
 //
 // Kafka's shared locks are re-entrant; Go's mutexes are not. SharedLock
 // bridges the gap: a check that finds the lock held does not wait for it,
@@ -15,38 +15,13 @@ import "sync"
 //
 // The zero SharedLock is unlocked and ready to use. It must not be copied
 // after first use.
-type SharedLock struct {
-	mu      sync.Mutex
-	pmu     sync.Mutex // guards pending
-	pending []*Base
-}
+type SharedLock struct{ l lifecycle.SharedLock }
 
 // Lock locks l.
-func (l *SharedLock) Lock() { l.mu.Lock() }
+func (l *SharedLock) Lock() { l.l.Lock() }
 
 // TryLock tries to lock l and reports whether it did.
-func (l *SharedLock) TryLock() bool { return l.mu.TryLock() }
+func (l *SharedLock) TryLock() bool { return l.l.TryLock() }
 
 // Unlock unlocks l, then checks every operation whose check found l held.
-func (l *SharedLock) Unlock() {
-	l.mu.Unlock()
-	for {
-		l.pmu.Lock()
-		ops := l.pending
-		l.pending = nil
-		l.pmu.Unlock()
-		if len(ops) == 0 {
-			return
-		}
-		for _, b := range ops {
-			b.SafeTryComplete()
-		}
-	}
-}
-
-// defer records b for the next Unlock.
-func (l *SharedLock) deferCheck(b *Base) {
-	l.pmu.Lock()
-	l.pending = append(l.pending, b)
-	l.pmu.Unlock()
-}
+func (l *SharedLock) Unlock() { l.l.Unlock() }

@@ -74,7 +74,7 @@ func Example() {
 	// completed by append: 1
 	// fetch-2: answered with 150 bytes
 	// fetch-2: max wait passed
-	// {Pending:0 Watched:0 CompletedEarly:1 Expired:1 Purged:0 Cancelled:0 Panics:0}
+	// {Pending:0 Watched:0 CompletedEarly:1 Expired:1 ContextDone:0 Shutdown:0 Cancelled:0 Purged:0 Full:0 Panics:0}
 }
 
 // Wiring CheckAndComplete to an event: the component that changes state

@@ -1,14 +1,17 @@
 package purgatory_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 )
 
@@ -22,8 +25,13 @@ type modelOp struct {
 	keys        []string
 	deadline    time.Duration
 	completable bool
-	ended       string // "", "early", "expired"
-	delayed     bool   // counted in NumDelayed
+	cancelCtx   context.CancelFunc // nil: no context
+	// ended is "" while pending; then "early", "expired", "context" or
+	// "shutdown", each counted in its Stats field; "cancelled" (taken out
+	// by CancelForKey, counted in Cancelled); "cancelled-forced" (then
+	// completed by ForceComplete: OnComplete ran, nothing more counted).
+	ended   string
+	delayed bool // counted in NumDelayed
 }
 
 type purgatoryModel struct {
@@ -50,7 +58,13 @@ func (m *purgatoryModel) step(r *rand.Rand) {
 	case k < 3: // park a new operation
 		o := &modelOp{delayed: true}
 		timeout := time.Duration(r.IntN(60)-5) * time.Millisecond
-		o.op = newOp(timeout)
+		if r.IntN(4) == 0 {
+			ctx, cancel := context.WithCancel(context.Background())
+			o.cancelCtx = cancel
+			o.op = newOp(timeout, operation.WithContext(ctx))
+		} else {
+			o.op = newOp(timeout)
+		}
 		o.deadline = m.now() + timeout
 		for _, i := range r.Perm(8)[:1+r.IntN(3)] {
 			o.keys = append(o.keys, fmt.Sprintf("k%d", i))
@@ -86,22 +100,40 @@ func (m *purgatoryModel) step(r *rand.Rand) {
 			}
 		}
 		require.Equal(t, want, m.p.CheckAndComplete(key), "CheckAndComplete(%s)", key)
-	case k == 7: // force-complete one directly
+	case k == 7 && r.IntN(2) == 0: // force-complete one directly
 		if len(m.ops) > 0 {
 			o := m.ops[r.IntN(len(m.ops))]
-			require.Equal(t, o.ended == "", o.op.ForceComplete())
-			if o.ended == "" {
+			want := o.ended == "" || o.ended == "cancelled"
+			require.Equal(t, want, o.op.ForceComplete())
+			switch o.ended {
+			case "":
 				o.ended, o.delayed = "early", false
+			case "cancelled":
+				o.ended = "cancelled-forced"
+			}
+		}
+	case k == 7: // end one operation's context
+		var withCtx []*modelOp
+		for _, o := range m.ops {
+			if o.cancelCtx != nil {
+				withCtx = append(withCtx, o)
+			}
+		}
+		if len(withCtx) > 0 {
+			o := withCtx[r.IntN(len(withCtx))]
+			o.cancelCtx()
+			if o.ended == "" {
+				o.ended, o.delayed = "context", false
+				// The context's AfterFunc completes it on a goroutine of its own.
+				waitFor(t, func() bool { return o.op.Completes.Load() == 1 })
 			}
 		}
 	case k == 8: // cancel a key
 		key := fmt.Sprintf("k%d", r.IntN(8))
 		var want []*mockOp
 		for _, o := range m.pending() {
-			if i := slices.Index(o.keys, key); i >= 0 {
-				o.keys = slices.Delete(o.keys, i, i+1)
-				o.delayed = false
-				o.deadline = 1 << 62 // its timeout is cancelled
+			if slices.Contains(o.keys, key) {
+				o.ended, o.delayed = "cancelled", false
 				want = append(want, o.op)
 			}
 		}
@@ -121,22 +153,56 @@ func (m *purgatoryModel) step(r *rand.Rand) {
 func (m *purgatoryModel) check() {
 	t := m.t
 	delayed, watched := 0, 0
+	var want purgatory.Stats
 	for i, o := range m.ops {
+		// Plain comparisons: this runs for every operation at every step,
+		// and testify's helpers walk the stack on each call.
+		completes, expiries := int32(1), int32(0)
+		var cause error
 		switch o.ended {
 		case "":
-			require.False(t, o.op.IsCompleted(), "op %d completed too soon", i)
+			if o.op.IsCompleted() {
+				t.Fatalf("op %d completed too soon", i)
+			}
 			watched += len(o.keys)
+			completes = 0
 		case "early":
-			require.Equal(t, int32(1), o.op.Completes.Load(), "op %d", i)
-			require.Equal(t, int32(0), o.op.Expiries.Load(), "op %d", i)
+			want.CompletedEarly++
 		case "expired":
-			require.Equal(t, int32(1), o.op.Completes.Load(), "op %d", i)
-			require.Equal(t, int32(1), o.op.Expiries.Load(), "op %d", i)
+			want.Expired++
+			expiries, cause = 1, operation.ErrExpired
+		case "shutdown":
+			want.Shutdown++
+			expiries, cause = 1, operation.ErrShutdown
+		case "context":
+			want.ContextDone++
+			cause = context.Canceled
+		case "cancelled":
+			want.Cancelled++
+			completes = 0
+			if !o.op.IsCancelled() {
+				t.Fatalf("op %d: not cancelled", i)
+			}
+		case "cancelled-forced":
+			want.Cancelled++
+		}
+		if got := o.op.Cause(); got != cause {
+			t.Fatalf("op %d (%s): Cause() = %v, want %v", i, o.ended, got, cause)
+		}
+		if got := o.op.Completes.Load(); got != completes {
+			t.Fatalf("op %d (%s): OnComplete ran %d times, want %d", i, o.ended, got, completes)
+		}
+		if got := o.op.Expiries.Load(); got != expiries {
+			t.Fatalf("op %d (%s): OnExpiration ran %d times, want %d", i, o.ended, got, expiries)
 		}
 		if o.delayed {
 			delayed++
 		}
 	}
+	want.Pending, want.Watched = delayed, watched
+	got := m.p.Stats()
+	got.Purged = 0 // when the backstop purge runs is not the model's concern
+	require.Equal(t, want, got, "Stats")
 	require.Equal(t, delayed, m.p.NumDelayed(), "NumDelayed")
 	require.Equal(t, watched, m.p.Watched(), "Watched counts live entries exactly")
 }
@@ -171,6 +237,20 @@ func TestPurgatoryModel(t *testing.T) {
 				m.sweep()
 			}
 		}
+		// Shutdown expires what is left, and then nothing is pending,
+		// watched, timed or on any list.
+		for _, o := range m.pending() {
+			o.ended, o.delayed = "shutdown", false
+		}
+		require.NoError(t, p.Shutdown(context.Background()))
+		m.check()
+		require.Equal(t, 0, mt.Size(), "timer entries left")
+		for _, o := range m.ops {
+			if o.cancelCtx != nil {
+				o.cancelCtx()
+			}
+		}
+		require.Equal(t, 0, p.Stats().Pending)
 	}
 }
 
@@ -178,4 +258,17 @@ func TestPurgatoryModel(t *testing.T) {
 // shards as they would under load.
 func withSmallShards() []purgatory.Option {
 	return []purgatory.Option{purgatory.WithShards(2)}
+}
+
+// waitFor polls cond until it holds, failing the test after 30 s: a bound
+// no loaded machine reaches, for work another goroutine finishes at once.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 30s")
+		}
+		runtime.Gosched()
+	}
 }

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/timer"
-	"github.com/purgatory-go/purgatory/watchers"
 )
 
 // Errors returned by this package. Check them with [errors.Is].
@@ -18,8 +19,15 @@ var (
 	// not called. It wraps operation.ErrNotInitialised.
 	ErrNotInitialised = errors.New("purgatory: operation not initialised")
 	// ErrAlreadyWatched is returned for an operation that is already parked
-	// in a purgatory, or already completed.
-	ErrAlreadyWatched = errors.New("purgatory: operation already watched or completed")
+	// in a purgatory, completed, or cancelled by CancelForKey.
+	ErrAlreadyWatched = errors.New("purgatory: operation already parked, completed or cancelled")
+	// ErrTooManyKeys is returned for more than operation.MaxKeys keys.
+	ErrTooManyKeys = errors.New("purgatory: too many keys")
+	// ErrFull is returned by TryCompleteElseWatch when the number of
+	// pending operations has reached the bound set by WithMaxPending. The
+	// operation is neither parked nor tried; answer it with a "busy" error
+	// or retry later.
+	ErrFull = errors.New("purgatory: too many pending operations")
 	// ErrShutdown is returned once Shutdown has been called.
 	ErrShutdown = errors.New("purgatory: shut down")
 	// ErrInvalidOption is returned by New for an option out of range.
@@ -38,6 +46,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	timer         timer.Timer
+	timerSet      bool
 	noTimer       bool
 	noReaper      bool
 	purgeInterval int
@@ -46,6 +55,7 @@ type config struct {
 	shards        int
 	leavePending  bool
 	timerOpts     []timer.Option
+	maxPending    int
 }
 
 func (c *config) validate() error {
@@ -55,8 +65,14 @@ func (c *config) validate() error {
 	if c.shards < 0 {
 		return errors.Join(ErrInvalidOption, errors.New("shards must not be negative"))
 	}
-	if c.timer != nil && c.noTimer {
+	if c.timerSet && c.noTimer {
 		return errors.Join(ErrInvalidOption, errors.New("WithTimer and WithoutTimer together"))
+	}
+	if c.timerSet && tasklink.IsNil(c.timer) {
+		return errors.Join(ErrInvalidOption, errors.New("WithTimer given a nil timer"))
+	}
+	if c.maxPending < 0 {
+		return errors.Join(ErrInvalidOption, errors.New("max pending must not be negative"))
 	}
 	return nil
 }
@@ -64,7 +80,13 @@ func (c *config) validate() error {
 // WithTimer makes the purgatory use t for timeouts instead of creating a
 // SystemTimer. Shutdown closes it. A timer.MockTimer with WithoutReaper
 // makes expiry deterministic in tests.
-func WithTimer(t timer.Timer) Option { return optionFunc(func(c *config) { c.timer = t }) }
+//
+// The timer receives each operation's timeout as a timer.Task; whatever
+// it wraps, the Task's Run expires the operation. A nil t (or a typed nil)
+// makes New return ErrInvalidOption.
+func WithTimer(t timer.Timer) Option {
+	return optionFunc(func(c *config) { c.timer, c.timerSet = t, true })
+}
 
 // WithTimerOptions passes options to the SystemTimer the purgatory creates.
 func WithTimerOptions(opts ...timer.Option) Option {
@@ -94,6 +116,14 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.l
 
 // WithShards sets the number of watcher shards. The default is 512.
 func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n }) }
+
+// WithMaxPending bounds the operations pending at once to n: when n are
+// pending, TryCompleteElseWatch returns ErrFull and parks nothing, so that
+// a burst of requests that cannot be answered turns into errors the client
+// can see instead of memory the server cannot spare. Refusals are counted
+// in Stats.Full. Zero, the default, means no bound; without it no shared
+// counter is touched on the request path.
+func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPending = n }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending
 // operations are left as they are, neither completed nor expired. The

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
-	"github.com/purgatory-go/purgatory/watchers"
 )
 
 // Purgatory holds delayed operations of type T, watched by keys of type K,
@@ -25,13 +26,13 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	logger   *slog.Logger
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
-	tracker  operation.Tracker
+	tracker  lifecycle.Tracker
 	purged   atomic.Uint64
-	cancels  atomic.Uint64
+	full     atomic.Uint64
 
 	purgeInterval int64
-	// purgedAt is the number of completions (early, expired, or cancelled)
-	// at the last purge. Kafka counts every watched operation in
+	// purgedAt is the number of completions (of any kind) and cancels at
+	// the last purge. Kafka counts every watched operation in
 	// estimatedTotalOperations and compares it with NumDelayed; completions
 	// since the last purge are the same quantity, and counting them needs no
 	// counter of its own on the request path. Guarded by purgeMu.
@@ -46,14 +47,21 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	stopped  chan struct{} // closed when the reaper and the timer have stopped
 }
 
-// Stats is a snapshot of a purgatory's counters.
+// Stats are a purgatory's counters. Stats() reads each atomically; the set
+// is not one snapshot, but once nothing is in flight the figures agree:
+// every operation accepted by TryCompleteElseWatch is either Pending or
+// counted once in CompletedEarly, Expired, ContextDone, Shutdown or
+// Cancelled.
 type Stats struct {
 	Pending        int    // operations parked and not completed: NumDelayed
-	Watched        int    // entries on all watch lists: Watched
-	CompletedEarly uint64 // parked operations completed before their timeout
-	Expired        uint64 // operations completed by their timeout
-	Purged         uint64 // entries removed by the backstop purge
-	Cancelled      uint64 // operations returned by CancelForKey
+	Watched        int    // watch entries of pending operations: Watched
+	CompletedEarly uint64 // completed by TryComplete or ForceComplete
+	Expired        uint64 // completed by their timeout
+	ContextDone    uint64 // completed because the context given to operation.WithContext ended
+	Shutdown       uint64 // expired by Shutdown
+	Cancelled      uint64 // taken out by CancelForKey
+	Purged         uint64 // dead watch entries removed by the backstop purge
+	Full           uint64 // refused with ErrFull (WithMaxPending)
 	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
 }
 
@@ -86,9 +94,10 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.logger = slog.Default()
 	}
 	p.tracker.OnPanic = p.recovered
+	p.tracker.MaxPending = int64(c.maxPending)
 	switch {
 	case c.noTimer:
-	case c.timer != nil:
+	case c.timerSet:
 		p.timer = c.timer
 	default:
 		topts := append([]timer.Option{
@@ -101,7 +110,8 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 			timer.WithExecutors(0),
 			timer.WithLogger(p.logger),
 			timer.WithPanicHandler(func(task timer.Task, v any) {
-				// Base recovers callback panics itself; this catches the rest.
+				// The lifecycle recovers callback panics itself; this
+				// catches the rest.
 				p.tracker.AddPanic()
 				p.logger.Error("purgatory: expiry panicked", "purgatory", name, "panic", v)
 			}),
@@ -120,68 +130,94 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	return p, nil
 }
 
-func (p *Purgatory[K, T]) recovered(op operation.DelayedOperation, callback string, v any) {
+func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
 	p.logger.Error("purgatory: callback panicked", "purgatory", p.name, "broker", p.brokerID,
 		"callback", callback, "operation", fmt.Sprintf("%T", op), "panic", v)
 }
 
 // TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
 // on every key and starts its timeout. It returns true if op completed
-// during the call (by this call's TryComplete). Once parked, op completes
-// through CheckAndComplete on any of its keys, a ForceComplete, or its
-// timeout, whichever comes first.
+// during the call by its own TryComplete. Once parked, op completes through
+// CheckAndComplete on any of its keys, a ForceComplete, its timeout, its
+// context (operation.WithContext) or Shutdown, whichever comes first; or
+// leaves through CancelForKey.
 //
-// The operation's lock is held from the first TryComplete, across watching
-// every key, to the last TryComplete, so a CheckAndComplete that runs in
-// between is never lost (see the package documentation).
+// The operation's lock is held from parking it, across the first
+// TryComplete, watching every key, and a last TryComplete, so a
+// CheckAndComplete that runs in between is never lost (see the package
+// documentation).
 //
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
-// uninitialised operation, an operation already parked or completed
-// (ErrAlreadyWatched), or after Shutdown (ErrShutdown).
+// uninitialised operation, an operation already parked, completed or
+// cancelled (ErrAlreadyWatched), more than operation.MaxKeys keys
+// (ErrTooManyKeys), WithMaxPending operations already pending (ErrFull), or
+// after Shutdown (ErrShutdown).
 func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) == 0 {
 		return false, ErrNoKeys
 	}
-	var d operation.DelayedOperation = op
-	if isNil(d) {
+	if tasklink.IsNil(op) {
 		return false, ErrNilOperation
 	}
-	b := d.OperationBase()
-	if !b.Initialised() {
+	o := lifecycle.Of(op)
+	if !lifecycle.Initialised(o) {
 		return false, errors.Join(ErrNotInitialised, operation.ErrNotInitialised)
 	}
 	if p.closed.Load() {
 		return false, ErrShutdown
 	}
 	if len(keys) > operation.MaxKeys {
-		return false, errors.Join(ErrInvalidOption, errors.New("too many keys"))
+		return false, ErrTooManyKeys
 	}
-	h, ok := b.Park(&p.tracker)
+	if !p.tracker.Reserve() {
+		p.full.Add(1)
+		return false, ErrFull
+	}
+
+	l := lifecycle.LockForPark(o)
+	h, ok := lifecycle.Park(o, &p.tracker)
 	if !ok {
+		lifecycle.UnlockAfterPark(o, l)
+		p.tracker.Unreserve()
 		return false, ErrAlreadyWatched
 	}
-	if b.SafeTryCompleteOrElse(func() {
-		if b.AddWatches(len(keys)) {
-			p.watchers.Watch(h, keys)
-		}
-	}) {
+	lifecycle.ArmContext(o)
+	p.at(stepParked)
+	if lifecycle.TryCompleteLocked(o) {
+		lifecycle.UnlockAfterPark(o, l)
 		return true, nil
 	}
-	if b.IsCompleted() {
-		return false, nil
+	p.at(stepTried)
+	if lifecycle.AddWatches(o, len(keys)) {
+		var between func()
+		if stepHook != nil {
+			between = func() { p.at(stepBetweenKeys) }
+		}
+		p.watchers.Watch(h, keys, between)
 	}
-	if p.timer != nil {
-		if err := p.timer.Add(d); err != nil {
+	p.at(stepWatched)
+	done := lifecycle.TryCompleteLocked(o)
+	lifecycle.UnlockAfterPark(o, l)
+	if done {
+		return true, nil
+	}
+	p.at(stepUnlocked)
+	if p.timer != nil && !lifecycle.IsCompleted(o) {
+		if err := p.timer.Add(lifecycle.Task(o)); err != nil {
 			// The timer is closed: Shutdown is under way. Expire now
 			// rather than leave the operation without a timeout.
-			b.Run()
+			lifecycle.Expire(o, lifecycle.Shutdown)
 			return false, nil
 		}
+		// A completion between the last TryComplete and the Add may have
+		// cancelled the timeout before it was added: take it out again.
+		lifecycle.CancelTimerIfDone(o)
 	}
+	p.at(stepTimed)
 	// Shutdown may have collected the pending operations before this one
 	// was watched. If so, expire it here: nothing parked may hang.
 	if p.closed.Load() && !p.leavePending {
-		b.Run()
+		lifecycle.Expire(o, lifecycle.Shutdown)
 	}
 	return false, nil
 }
@@ -194,49 +230,61 @@ func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
 	return p.watchers.Check(key)
 }
 
-// Watched returns the number of watch entries of operations that have not
-// completed, counting an operation once per key (Kafka's PurgatorySize).
-// Kafka also counts entries of completed operations until a purge, so this
-// is never larger than Kafka's figure. O(1).
+// Watched returns the number of watch entries of pending operations,
+// counting an operation once per key (Kafka's PurgatorySize). Kafka also
+// counts entries of completed operations until a purge, so this is never
+// larger than Kafka's figure. O(1).
 func (p *Purgatory[K, T]) Watched() int { return int(max(p.tracker.Counts().Watched, 0)) }
 
 // NumDelayed returns the number of parked operations that have not
 // completed (Kafka's NumDelayedOperations).
 func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.tracker.Counts().Pending, 0)) }
 
-// CancelForKey stops watching key and returns the operations that were
-// watching it. Their timeouts are cancelled; they are not completed (no
-// callback runs) and stay watched on their other keys, as in Kafka.
+// CancelForKey stops watching key and returns the pending operations that
+// were watching it, each once, in the order they were parked. Each is taken
+// out of the purgatory: its timeout is cancelled, it is released from all
+// its keys, and no callback runs. The caller owns them: answer them (a
+// ForceComplete still runs OnComplete) or drop them. They cannot be parked
+// again.
+//
+// Kafka leaves such an operation watched on its other keys, with no
+// timeout: if none of those keys is checked again, it hangs. Here it leaves
+// the purgatory whole.
+//
+// CancelForKey waits for each operation's lock, so that a check running
+// its TryComplete finishes first; an operation that check completes is
+// not returned. Do not call it while holding an operation's lock (from a
+// TryComplete, or an OnComplete under a lock shared with the operations on
+// key).
 func (p *Purgatory[K, T]) CancelForKey(key K) []T {
-	counts := make(map[*operation.Base]int)
-	bases := p.watchers.Cancel(key, counts)
-	if len(bases) == 0 {
+	ops := p.watchers.Remove(key)
+	if len(ops) == 0 {
 		return nil
 	}
-	out := make([]T, 0, len(bases))
-	for _, b := range bases {
-		b.DropWatches(counts[b])
-		if b.Unpark() {
-			p.cancels.Add(1)
-		}
-		if op, ok := b.Self().(T); ok {
-			out = append(out, op)
+	out := make([]T, 0, len(ops))
+	for _, o := range ops {
+		if lifecycle.Cancel(o) {
+			if op, ok := lifecycle.Self(o).(T); ok {
+				out = append(out, op)
+			}
 		}
 	}
 	return out
 }
 
-// Stats returns the purgatory's counters. Each is read atomically; the set
-// is not a single snapshot.
+// Stats returns the purgatory's counters.
 func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
 	return Stats{
 		Pending:        int(max(c.Pending, 0)),
 		Watched:        int(max(c.Watched, 0)),
-		CompletedEarly: c.Early,
-		Expired:        c.Expired,
+		CompletedEarly: c.Done[lifecycle.Early],
+		Expired:        c.Done[lifecycle.Expired],
+		ContextDone:    c.Done[lifecycle.Context],
+		Shutdown:       c.Done[lifecycle.Shutdown],
+		Cancelled:      c.Cancelled,
 		Purged:         p.purged.Load(),
-		Cancelled:      p.cancels.Load(),
+		Full:           p.full.Load(),
 		Panics:         c.Panics,
 	}
 }
@@ -253,8 +301,8 @@ func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 }
 
 // maybePurge is Kafka's purge trigger (more than purgeInterval operations
-// completed since the last purge) with one condition added: the lists must
-// hold more dead entries than live ones. A purge visits every entry; Kafka's
+// left since the last purge) with one condition added: the lists must hold
+// more dead entries than live ones. A purge visits every entry; Kafka's
 // trigger alone would, at a million completions a second, scan every list
 // each millisecond. With the extra condition each purge is paid for by at
 // least as many completions as it visits entries. Dead entries are 8-byte
@@ -264,11 +312,14 @@ func (p *Purgatory[K, T]) maybePurge() {
 	p.purgeMu.Lock()
 	defer p.purgeMu.Unlock()
 	c := p.tracker.Counts()
-	done := c.Early + c.Expired + p.cancels.Load()
+	left := c.Cancelled
+	for _, n := range c.Done {
+		left += n
+	}
 	live := max(c.Watched, 0)
 	dead := int64(p.watchers.Watched()) - live
-	if done-p.purgedAt > uint64(p.purgeInterval) && dead > live {
-		p.purgedAt = done
+	if left-p.purgedAt > uint64(p.purgeInterval) && dead > live {
+		p.purgedAt = left
 		if n := p.watchers.Purge(); n > 0 {
 			p.purged.Add(uint64(n))
 		}
@@ -299,10 +350,12 @@ func (p *Purgatory[K, T]) reap() {
 
 // Shutdown stops the reaper and the timer and, unless
 // WithLeavePendingOnShutdown was given, expires every pending operation
-// (OnComplete, then OnExpiration) so that no parked request is left
-// hanging. Afterwards TryCompleteElseWatch returns ErrShutdown. Shutdown is
-// idempotent; if ctx ends before the reaper has stopped, it returns
-// ctx.Err() and a later call may finish the job.
+// (OnComplete, then OnExpiration, with Cause operation.ErrShutdown) so that
+// no parked request is left hanging. Afterwards TryCompleteElseWatch
+// returns ErrShutdown. Shutdown is idempotent; if ctx ends before the
+// reaper has stopped, it returns ctx.Err() and a later call may finish the
+// job. Like CancelForKey it takes each pending operation's lock: do not
+// call it from a callback.
 func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		p.closed.Store(true)
@@ -324,17 +377,7 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if !p.leavePending {
-		p.watchers.Each(func(b *operation.Base) { b.Run() })
+		p.watchers.Each(func(o *lifecycle.Op) { lifecycle.Expire(o, lifecycle.Shutdown) })
 	}
 	return nil
-}
-
-// isNil reports whether d is nil or a nil pointer in an interface, which
-// would panic on the first method call.
-func isNil(d operation.DelayedOperation) bool {
-	if d == nil {
-		return true
-	}
-	v := reflect.ValueOf(d)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -215,22 +215,30 @@ func TestTryCompleteHoldsTheLock(t *testing.T) {
 	assert.False(t, l.held.Load())
 }
 
-// Reference: Kafka DelayedOperationTest.testSafeTryCompleteOrElse.
-func TestSafeTryCompleteOrElse(t *testing.T) {
+// Reference: Kafka DelayedOperationTest.testSafeTryCompleteOrElse: the
+// watch runs only when the first check fails, and the last check sees what
+// happened while the keys were being watched.
+func TestTryCompleteElseWatchChecksTwice(t *testing.T) {
+	p, _ := newMockPurgatory(t)
 	op := newOp(time.Second)
-	called := false
-	assert.False(t, op.SafeTryCompleteOrElse(func() { called = true }))
-	assert.True(t, called)
-
-	op = newOp(time.Second)
 	op.Ready.Store(true)
-	called = false
-	assert.True(t, op.SafeTryCompleteOrElse(func() { called = true }))
-	assert.False(t, called, "the else function runs only when the first check fails")
+	done, err := p.TryCompleteElseWatch(op, "k")
+	require.NoError(t, err)
+	assert.True(t, done)
+	assert.Equal(t, 0, p.Watched(), "nothing is watched when the first check completes")
+	assert.Equal(t, 0, p.CheckAndComplete("k"))
 
 	op = newOp(time.Second)
-	assert.True(t, op.SafeTryCompleteOrElse(func() { op.Ready.Store(true) }),
-		"the last check sees what happened in the else function")
+	defer purgatory.SetStepHook(func(s purgatory.Step) {
+		if s == purgatory.StepWatched {
+			op.Ready.Store(true)
+		}
+	})()
+	done, err = p.TryCompleteElseWatch(op, "k")
+	require.NoError(t, err)
+	assert.True(t, done, "the last check sees what happened after the first")
+	assert.Equal(t, int32(1), op.Completes.Load())
+	assert.Equal(t, 0, p.NumDelayed())
 }
 
 // Reference: Kafka DelayedOperationTest.testTryCompleteWithMultipleThreads:

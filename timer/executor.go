@@ -10,14 +10,14 @@ import "sync"
 type executor struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []Task // guarded by mu
-	closed  bool   // guarded by mu
+	queue   []*TaskBase // guarded by mu
+	closed  bool        // guarded by mu
 	workers int
-	run     func(Task)
+	run     func(*TaskBase)
 	wg      sync.WaitGroup
 }
 
-func newExecutor(workers int, run func(Task)) *executor {
+func newExecutor(workers int, run func(*TaskBase)) *executor {
 	x := &executor{workers: workers, run: run}
 	x.cond.L = &x.mu
 	x.wg.Add(workers)
@@ -30,7 +30,7 @@ func newExecutor(workers int, run func(Task)) *executor {
 // submit queues tasks for the workers. After close it runs them on the
 // caller instead: a task that fired must run, and a step that collected it
 // just before Close would otherwise hand it to workers that have exited.
-func (x *executor) submit(tasks ...Task) {
+func (x *executor) submit(tasks ...*TaskBase) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
@@ -56,7 +56,7 @@ func (x *executor) submit(tasks ...Task) {
 // steady state allocates nothing.
 func (x *executor) loop() {
 	defer x.wg.Done()
-	var spare []Task
+	var spare []*TaskBase
 	for {
 		x.mu.Lock()
 		for len(x.queue) == 0 && !x.closed {
@@ -66,7 +66,7 @@ func (x *executor) loop() {
 			x.mu.Unlock()
 			return
 		}
-		var batch []Task
+		var batch []*TaskBase
 		if n := len(x.queue); x.workers == 1 || n <= 64 {
 			batch, x.queue = x.queue, spare[:0]
 		} else {

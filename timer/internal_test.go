@@ -1,6 +1,8 @@
 package timer
 
 import (
+	"github.com/purgatory-go/purgatory/internal/tasklink"
+
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,6 +337,37 @@ func TestSubmitAfterCloseRunsTask(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 	p := newProbe(0)
-	st.exec.submit(p)
+	p.owner = p // as its first Add would
+	st.exec.submit(&p.TaskBase)
 	assert.Equal(t, int32(1), p.runs.Load())
+}
+
+// The operation lifecycle reaches two unexported fields by offset
+// (internal/tasklink): a change of layout must fail here.
+func TestTaskLinkOffsets(t *testing.T) {
+	assert.Equal(t, uintptr(tasklink.FlagsOffset), unsafe.Offsetof(TaskBase{}.flags))
+	assert.Equal(t, uintptr(tasklink.OwnerOffset), unsafe.Offsetof(TaskBase{}.owner))
+}
+
+// An Add of a typed nil pointer is refused, not a panic.
+func TestAddTypedNil(t *testing.T) {
+	st, err := NewSystemTimer("nil")
+	require.NoError(t, err)
+	defer st.Close()
+	var p *probe
+	assert.ErrorIs(t, st.Add(p), ErrNilTask)
+	assert.ErrorIs(t, st.Add(nil), ErrNilTask)
+}
+
+// AdvanceClock on a closed timer returns false at once instead of waiting
+// out its timeout.
+func TestAdvanceClockAfterCloseReturnsAtOnce(t *testing.T) {
+	st, err := NewSystemTimer("closed")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	start := time.Now()
+	for range 5 {
+		assert.False(t, st.AdvanceClock(time.Hour))
+	}
+	assert.Less(t, time.Since(start), 30*time.Second, "AdvanceClock waited for its timeout")
 }

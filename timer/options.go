@@ -112,7 +112,9 @@ func WithExecutors(n int) Option {
 }
 
 // WithPanicHandler sets a function called, on the goroutine that ran the
-// task, with the task and the recovered value when a task's Run panics. The
+// task, with the task and the recovered value when a task's Run panics (the
+// task is nil for a delayed operation's timeout, whose callbacks package
+// purgatory recovers itself). The
 // timer keeps working either way. The default logs the panic at error level
 // with the timer's logger.
 func WithPanicHandler(f func(task Task, recovered any)) Option {

@@ -4,6 +4,9 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/purgatory-go/purgatory/internal/tasklink"
 )
 
 // Task is work that runs once its delay has elapsed.
@@ -46,8 +49,7 @@ type TaskBase struct {
 	word atomic.Uint32
 
 	// flags is not used by the timer: it fills what would be padding, and
-	// Flags hands it to the embedding type (package operation keeps its
-	// state there).
+	// the operation lifecycle keeps its state there (internal/tasklink).
 	flags atomic.Uint32
 
 	// list is the bucket the entry is linked into, or nil. It is written only
@@ -66,26 +68,37 @@ type TaskBase struct {
 	// delay is the task's delay. SetDelay must not race with Add.
 	delay time.Duration
 
-	// owner is the Task that embeds this TaskBase, recorded by Bind or by
-	// the first Add so that an expiry can call Run. Add writes it only when
-	// it changes, so once bound it is only ever read.
-	owner Task
+	// owner is what the entry belongs to. For a Task that embeds this
+	// TaskBase it is that Task, recorded by its first Add, and an expiry
+	// calls its Run. A delayed operation records the user's operation here
+	// before its first Add, and its expiry goes to tasklink.Run instead, so
+	// that no method of the user's type stands in for the timer's (see run).
+	// Written only while nil, so once set it is only ever read.
+	owner any
 }
 
-// Bind records the Task that embeds b. Add does the same; call Bind first
-// when something needs Owner before the task is added. Bind must not race
-// with Add.
-func (b *TaskBase) Bind(owner Task) { b.owner = owner }
-
-// Owner returns the Task that embeds b, once Bind or Add has recorded it.
-func (b *TaskBase) Owner() Task { return b.owner }
-
-// Flags returns 32 bits of state that the timer never touches. A type that
-// embeds TaskBase may keep its own flags there without growing past 64
-// bytes; package operation does.
-func (b *TaskBase) Flags() *atomic.Uint32 { return &b.flags }
-
 func (b *TaskBase) base() *TaskBase { return b }
+
+// run runs the expired entry: the Task that embeds it, or else the
+// lifecycle's expiry. The owner is the embedding Task only when its own
+// TaskBase is b; an operation type that happens to have a Run method of its
+// own never gets here as a Task, so that method cannot shadow expiry.
+func (b *TaskBase) run() {
+	if t, ok := b.owner.(Task); ok && t.base() == b {
+		t.Run()
+		return
+	}
+	tasklink.Run(unsafe.Pointer(b))
+}
+
+// task returns the Task that embeds b, or nil for a delayed operation's
+// entry. It is for panic reports.
+func (b *TaskBase) task() Task {
+	if t, ok := b.owner.(Task); ok && t.base() == b {
+		return t
+	}
+	return nil
+}
 
 // Delay reports the delay the next Add will use.
 func (b *TaskBase) Delay() time.Duration { return b.delay }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/purgatory-go/purgatory/internal/tasklink"
 )
 
 // Timer runs tasks after their delays.
@@ -60,14 +62,15 @@ type SystemTimer struct {
 	// stripe) while the wheels advance and while closing. Lock order: mu,
 	// then a bucket's mu, then the delay queue's mu.
 	mu      lockShards
-	wheel   *wheel    // finest level; coarser ones hang off it
-	closed  bool      // guarded by mu
-	expired []Task    // expired tasks of one step, guarded by mu (write)
-	backlog []*bucket // coarse buckets being moved down, guarded by mu (write)
+	wheel   *wheel      // finest level; coarser ones hang off it
+	closed  bool        // guarded by mu
+	shut    atomic.Bool // closed, readable without mu
+	expired []*TaskBase // expired entries of one step, guarded by mu (write)
+	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
 
 	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
 	spareMu    sync.Mutex
-	spare      []Task // a drained expired slice, for reuse
+	spare      []*TaskBase // a drained expired slice, for reuse
 
 	pollMu sync.Mutex // one poller of the delay queue at a time
 	queue  *delayQueue
@@ -141,7 +144,7 @@ func (t *SystemTimer) deadlineTick(delay time.Duration) int64 {
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes.
 func (t *SystemTimer) Add(task Task) error {
-	if task == nil {
+	if tasklink.IsNil(task) {
 		return ErrNilTask
 	}
 	e := task.base()
@@ -152,7 +155,7 @@ func (t *SystemTimer) Add(task Task) error {
 		return ErrClosed
 	}
 	e.lockAdd()
-	if e.owner != task {
+	if e.owner == nil {
 		e.owner = task
 	}
 	e.expire = t.deadlineTick(e.delay)
@@ -175,9 +178,9 @@ func (t *SystemTimer) Add(task Task) error {
 	if run {
 		t.fired.Add(1)
 		if t.exec != nil {
-			t.exec.submit(task)
+			t.exec.submit(e)
 		} else {
-			t.runTask(task)
+			t.runTask(e)
 		}
 	}
 	return nil
@@ -188,6 +191,9 @@ func (t *SystemTimer) Add(task Task) error {
 // (after expiring whatever is due) and returns true, so that a Reaper keeps
 // calling it until the work is done.
 func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
+	if t.shut.Load() {
+		return false // nothing will ever be due: do not wait for the timeout
+	}
 	if t.backlogLen.Load() > 0 {
 		return t.step(t.queue.pollDue(t.now()))
 	}
@@ -297,7 +303,7 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 
 // dispatch hands expired tasks over with no lock held and keeps the slice
 // for reuse, so that steady expiry allocates nothing.
-func (t *SystemTimer) dispatch(expired []Task) {
+func (t *SystemTimer) dispatch(expired []*TaskBase) {
 	if len(expired) > 0 {
 		t.fired.Add(uint64(len(expired)))
 		if t.exec != nil {
@@ -314,7 +320,7 @@ func (t *SystemTimer) dispatch(expired []Task) {
 	t.spareMu.Unlock()
 }
 
-func (t *SystemTimer) takeSpare() []Task {
+func (t *SystemTimer) takeSpare() []*TaskBase {
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	s := t.spare
@@ -333,7 +339,7 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	switch {
 	case due:
 		if e.fire() {
-			t.expired = append(t.expired, e.owner)
+			t.expired = append(t.expired, e)
 			if len(t.expired) >= handOffEvery && t.exec != nil {
 				// Hand a large batch over at once, so that the executor
 				// starts on it while the flush goes on.
@@ -385,6 +391,7 @@ func (t *SystemTimer) Close() error {
 		return nil
 	}
 	t.closed = true
+	t.shut.Store(true)
 	var flushed []*TaskBase
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
@@ -410,10 +417,11 @@ func (t *SystemTimer) wake() { t.queue.stop() }
 
 // runTask runs one task, recovering a panic so that one bad task cannot stop
 // the executor, and with it every other timeout in the process.
-func (t *SystemTimer) runTask(task Task) {
+func (t *SystemTimer) runTask(e *TaskBase) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.panics.Add(1)
+			task := e.task()
 			if t.onPanic != nil {
 				t.onPanic(task, r)
 				return
@@ -422,5 +430,5 @@ func (t *SystemTimer) runTask(task Task) {
 				"task", fmt.Sprintf("%T", task), "panic", r)
 		}
 	}()
-	task.Run()
+	e.run()
 }

@@ -1,3 +1,6 @@
+// Package watchers maps keys to the operations watching them: Kafka's
+// WatcherList array and its Watchers. It is internal: package purgatory is
+// its only user, and its lists hold lifecycle Handles.
 package watchers
 
 import (
@@ -5,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 )
 
 // DefaultShards is Kafka's number of watcher-list shards.
@@ -15,11 +18,12 @@ const DefaultShards = 512
 // have their own lock, so that checks on different keys rarely contend. It
 // is Kafka's WatcherList array plus its Watchers.
 //
-// A list holds each operation's operation.Handle, 8 bytes a key. When an
-// operation completes, its Handle lets go of it: from then on the list
-// entries are tombstones, which are dropped the next time the key is
-// checked or purged. Nothing a list holds keeps a completed operation
-// reachable.
+// A list holds each operation's lifecycle.Handle, 8 bytes a key. When an
+// operation completes or is cancelled, its Handle lets go of it: from then
+// on the list entries are tombstones, which are dropped the next time the
+// key is checked or purged. Nothing a list holds keeps a completed
+// operation reachable, and a key whose list empties is removed, so memory
+// follows live keys, not every key ever used.
 //
 // A Watchers is safe for concurrent use. No user callback runs while a shard
 // lock is held: Check copies a key's live operations out, unlocks, and only
@@ -28,16 +32,16 @@ type Watchers[K comparable] struct {
 	shards  []shard[K]
 	seed    maphash.Seed
 	watched atomic.Int64 // entries on all lists, tombstones included
-	bufs    sync.Pool    // *[]*operation.Base snapshots for Check
+	bufs    sync.Pool    // *[]*lifecycle.Op snapshots for Check
 }
 
 type shard[K comparable] struct {
 	mu sync.Mutex
 	// lists is keyed by the key's 64-bit hash, which also picked the shard,
 	// so a key is hashed once per call; keys whose hashes collide share a
-	// chain. Guarded by mu. An emptied list stays until the purge removes
-	// it, so that a hot key does not free and rebuild its list on every
-	// operation.
+	// chain. Guarded by mu. A list that a check or the purge finds empty is
+	// removed (Kafka's removeKeyIfEmpty): keys such as a member id or a
+	// request id are used once, and must not cost memory for ever.
 	lists map[uint64]*list[K]
 	n     int      // lists in the map, chains included
 	_     [40]byte // keep neighbouring shards' locks off one cache line
@@ -48,7 +52,7 @@ type shard[K comparable] struct {
 // without copying them, and slack is at most one chunk.
 type list[K comparable] struct {
 	key    K
-	chunks [][]*operation.Handle // each full but the last; sizes 4, 8, ... maxChunk
+	chunks [][]*lifecycle.Handle // each full but the last; sizes 4, 8, ... maxChunk
 	n      int                   // entries in all chunks
 	next   *list[K]              // another key with the same hash
 }
@@ -64,7 +68,7 @@ func New[K comparable](n int) *Watchers[K] {
 	for i := range w.shards {
 		w.shards[i].lists = make(map[uint64]*list[K])
 	}
-	w.bufs.New = func() any { s := make([]*operation.Base, 0, 16); return &s }
+	w.bufs.New = func() any { s := make([]*lifecycle.Op, 0, 16); return &s }
 	return w
 }
 
@@ -126,25 +130,30 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 // lock (see package purgatory). A key given twice is watched twice, as in
 // Kafka. If the operation completes meanwhile, the entries are tombstones
 // from the start and cost 8 bytes each until the next check or purge.
-func (w *Watchers[K]) Watch(h *operation.Handle, keys []K) {
-	for _, k := range keys {
+// between, if not nil, runs after each key but the last (tests use it to
+// act between two keys).
+func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, between func()) {
+	for i, k := range keys {
+		if i > 0 && between != nil {
+			between()
+		}
 		sh, hash := w.locate(k)
 		sh.mu.Lock()
 		sh.getOrAddLocked(hash, k).push(h)
 		sh.mu.Unlock()
+		w.watched.Add(1)
 	}
-	w.watched.Add(int64(len(keys)))
 }
 
 // push appends h. The caller holds the shard's lock.
-func (l *list[K]) push(h *operation.Handle) {
+func (l *list[K]) push(h *lifecycle.Handle) {
 	last := len(l.chunks) - 1
 	if last < 0 || len(l.chunks[last]) == cap(l.chunks[last]) {
 		size := 4
 		if last >= 0 {
 			size = min(2*cap(l.chunks[last]), maxChunk)
 		}
-		l.chunks = append(l.chunks, make([]*operation.Handle, 0, size))
+		l.chunks = append(l.chunks, make([]*lifecycle.Handle, 0, size))
 		last++
 	}
 	l.chunks[last] = append(l.chunks[last], h)
@@ -154,7 +163,7 @@ func (l *list[K]) push(h *operation.Handle) {
 // compactLocked drops tombstones from l, keeping the order of the rest,
 // calls live for each live entry, and returns how many it dropped. Freed
 // chunks at the end are released. The caller holds the shard's lock.
-func (l *list[K]) compactLocked(live func(*operation.Base)) int {
+func (l *list[K]) compactLocked(live func(*lifecycle.Op)) int {
 	wc, wi := 0, 0 // write position: chunk, index
 	for _, c := range l.chunks {
 		for _, h := range c {
@@ -203,7 +212,7 @@ func (l *list[K]) compactLocked(live func(*operation.Base)) int {
 }
 
 // each calls f for every entry, in order.
-func (l *list[K]) each(f func(*operation.Handle)) {
+func (l *list[K]) each(f func(*lifecycle.Handle)) {
 	for _, c := range l.chunks {
 		for _, h := range c {
 			f(h)
@@ -211,26 +220,29 @@ func (l *list[K]) each(f func(*operation.Handle)) {
 	}
 }
 
-// Check calls SafeTryComplete on every live operation watching key, and
+// Check calls TryComplete on every live operation watching key, and
 // returns how many it completed (Kafka's tryCompleteWatched). It drops the
 // key's tombstones on the way, and the key itself once its list is empty.
 func (w *Watchers[K]) Check(key K) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	l := sh.getLocked(hash, key)
-	if l == nil || l.n == 0 {
+	if l == nil {
 		sh.mu.Unlock()
 		return 0
 	}
-	bp := w.bufs.Get().(*[]*operation.Base)
+	bp := w.bufs.Get().(*[]*lifecycle.Op)
 	ops := *bp
-	dropped := l.compactLocked(func(op *operation.Base) { ops = append(ops, op) })
+	dropped := l.compactLocked(func(op *lifecycle.Op) { ops = append(ops, op) })
+	if l.n == 0 {
+		sh.removeLocked(hash, key)
+	}
 	sh.mu.Unlock()
 	w.watched.Add(int64(-dropped))
 
 	completed := 0
 	for _, op := range ops {
-		if !op.IsCompleted() && op.SafeTryComplete() {
+		if lifecycle.TryComplete(op) {
 			completed++
 		}
 	}
@@ -245,7 +257,9 @@ func (w *Watchers[K]) Check(key K) int {
 		sh.mu.Lock()
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
-			dropped = l.compactLocked(nil)
+			if dropped = l.compactLocked(nil); l.n == 0 {
+				sh.removeLocked(hash, key)
+			}
 		}
 		sh.mu.Unlock()
 		w.watched.Add(int64(-dropped))
@@ -253,12 +267,10 @@ func (w *Watchers[K]) Check(key K) int {
 	return completed
 }
 
-// Cancel removes key and returns the live operations that were watching
-// it, in the order they were added, each once (Kafka's cancelForKey). The
-// operations are not completed and stay on their other keys' lists. If
-// counts is not nil, it receives how many entries each operation had on
-// the key.
-func (w *Watchers[K]) Cancel(key K, counts map[*operation.Base]int) []*operation.Base {
+// Remove removes key and returns the live operations that were watching
+// it, in the order they were added, each once (the first half of Kafka's
+// cancelForKey; the caller cancels them).
+func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	l := sh.removeLocked(hash, key)
@@ -267,16 +279,14 @@ func (w *Watchers[K]) Cancel(key K, counts map[*operation.Base]int) []*operation
 		return nil
 	}
 	w.watched.Add(int64(-l.n))
-	var ops []*operation.Base
-	if counts == nil {
-		counts = make(map[*operation.Base]int, l.n)
-	}
-	l.each(func(h *operation.Handle) {
+	var ops []*lifecycle.Op
+	seen := make(map[*lifecycle.Op]struct{}, l.n)
+	l.each(func(h *lifecycle.Handle) {
 		if op := h.Op(); op != nil {
-			if counts[op] == 0 {
+			if _, dup := seen[op]; !dup {
+				seen[op] = struct{}{}
 				ops = append(ops, op)
 			}
-			counts[op]++
 		}
 	})
 	return ops
@@ -314,8 +324,7 @@ func (w *Watchers[K]) Purge() int {
 // instead, from its operations' own counts.
 func (w *Watchers[K]) Watched() int { return int(w.watched.Load()) }
 
-// Keys returns the number of keys with a list, empty lists that await the
-// purge included. It visits every shard.
+// Keys returns the number of keys with a list. It visits every shard.
 func (w *Watchers[K]) Keys() int {
 	n := 0
 	for i := range w.shards {
@@ -329,15 +338,15 @@ func (w *Watchers[K]) Keys() int {
 
 // Each calls f once for every live operation on any list. It copies them
 // out first, so f may call any method of w.
-func (w *Watchers[K]) Each(f func(*operation.Base)) {
-	seen := make(map[*operation.Base]struct{})
-	var ops []*operation.Base
+func (w *Watchers[K]) Each(f func(*lifecycle.Op)) {
+	seen := make(map[*lifecycle.Op]struct{})
+	var ops []*lifecycle.Op
 	for i := range w.shards {
 		sh := &w.shards[i]
 		sh.mu.Lock()
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
-				l.each(func(h *operation.Handle) {
+				l.each(func(h *lifecycle.Handle) {
 					if op := h.Op(); op != nil {
 						if _, dup := seen[op]; !dup {
 							seen[op] = struct{}{}

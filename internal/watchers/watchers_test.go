@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/optest"
+	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
-	"github.com/purgatory-go/purgatory/watchers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,15 +23,21 @@ type op = optest.Op
 
 func newOp() *op { return optest.New(time.Hour) }
 
-var tracker operation.Tracker
+var tracker lifecycle.Tracker
 
-// watch parks o and watches it on keys, as the purgatory does.
-func watch(w *watchers.Watchers[string], o *op, keys ...string) {
-	h, ok := o.Park(&tracker)
-	if !ok {
+// park parks o as the purgatory does, counting its watches.
+func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
+	lo := lifecycle.Of(o)
+	h, ok := lifecycle.Park(lo, &tracker)
+	if !ok || !lifecycle.AddWatches(lo, keys) {
 		panic("not parked")
 	}
-	w.Watch(h, keys)
+	return h
+}
+
+// watch parks o and watches it on keys.
+func watch(w *watchers.Watchers[string], o *op, keys ...string) {
+	w.Watch(park(o, len(keys)), keys, nil)
 }
 
 func TestWatchCheckCancelPurge(t *testing.T) {
@@ -44,10 +51,11 @@ func TestWatchCheckCancelPurge(t *testing.T) {
 	a.Ready.Store(true)
 	assert.Equal(t, 1, w.Check("x"))
 	assert.Equal(t, 2, w.Watched(), "x dropped a's entry; y keeps a tombstone")
+	assert.Equal(t, 2, w.Keys())
 	assert.Equal(t, 1, w.Purge())
 	assert.Equal(t, 1, w.Keys(), "the purge removes the emptied y")
-	assert.Equal(t, []*operation.Base{&b.Base}, w.Cancel("x", nil))
-	assert.Nil(t, w.Cancel("x", nil))
+	assert.Equal(t, []*lifecycle.Op{lifecycle.Of(b)}, w.Remove("x"))
+	assert.Nil(t, w.Remove("x"))
 	assert.Equal(t, 0, w.Watched())
 	assert.Equal(t, 0, w.Keys())
 	assert.Equal(t, 0, w.Purge())
@@ -95,8 +103,7 @@ func TestCallbacksMayReenter(t *testing.T) {
 	watch(w, inner, "k")
 	outer := &reentrant{w: w, inner: inner}
 	outer.Init(outer, time.Hour)
-	h, _ := outer.Park(&tracker)
-	w.Watch(h, []string{"k"})
+	w.Watch(park(outer, 1), []string{"k"}, nil)
 	done := make(chan int)
 	go func() { done <- w.Check("k") }()
 	select {
@@ -135,18 +142,18 @@ func TestCompactionAcrossChunks(t *testing.T) {
 		watch(w, o, "k")
 		ops = append(ops, o)
 	}
-	var want []*operation.Base
+	var want []*lifecycle.Op
 	for i, o := range ops {
 		if i%3 == 0 || (i > 1000 && i < 2500) {
 			o.ForceComplete()
 		} else {
-			want = append(want, &o.Base)
+			want = append(want, lifecycle.Of(o))
 		}
 	}
 	assert.Equal(t, len(ops)-len(want), w.Purge())
 	assert.Equal(t, len(want), w.Watched())
-	var got []*operation.Base
-	w.Each(func(b *operation.Base) { got = append(got, b) })
+	var got []*lifecycle.Op
+	w.Each(func(b *lifecycle.Op) { got = append(got, b) })
 	assert.ElementsMatch(t, want, got)
 	for _, o := range ops {
 		o.Ready.Store(true)
@@ -161,12 +168,12 @@ func TestCompactionAcrossChunks(t *testing.T) {
 // was dropped becomes unreachable.
 func TestCompactionDropsReferences(t *testing.T) {
 	w := watchers.New[string](1)
-	var weakHandles []weak.Pointer[operation.Handle]
+	var weakHandles []weak.Pointer[lifecycle.Handle]
 	var ops []*op
 	for i := range 600 {
 		o := newOp()
-		h, _ := o.Park(&tracker)
-		w.Watch(h, []string{"k"})
+		h := park(o, 1)
+		w.Watch(h, []string{"k"}, nil)
 		if i%2 == 0 {
 			weakHandles = append(weakHandles, weak.Make(h))
 			o.ForceComplete()
@@ -186,4 +193,20 @@ func TestCompactionDropsReferences(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "a dropped handle is still referenced")
 	assert.Equal(t, 300, w.Watched())
 	runtime.KeepAlive(ops)
+}
+
+// A key whose list a check empties is removed at once: one-shot keys (a
+// member id, a request id) cost nothing once their operations are gone,
+// with no purge.
+func TestCheckRemovesEmptiedKeys(t *testing.T) {
+	w := watchers.New[string](8)
+	for i := range 1000 {
+		o := newOp()
+		k := "member-" + string(rune('a'+i%26)) + "-" + time.Duration(i).String()
+		watch(w, o, k)
+		o.Ready.Store(true)
+		require.Equal(t, 1, w.Check(k))
+	}
+	assert.Equal(t, 0, w.Keys())
+	assert.Equal(t, 0, w.Watched())
 }

@@ -1,0 +1,426 @@
+// Package lifecycle is the state machine of a delayed operation: created,
+// parked, watched, timed, and then exactly one of completed (early, expired,
+// context, shutdown) or cancelled. Package operation embeds an Op in its
+// public Base; package purgatory drives the transitions. Users reach none of
+// it: Op has no exported methods, so embedding it promotes nothing a user
+// can call or shadow.
+//
+// # States and transitions
+//
+// The state is one 32-bit word (the spare word of the operation's timer
+// entry), changed only by compare-and-swap:
+//
+//	bit 0      completed (terminal)
+//	bits 1-2   how it completed: early, expired, context, shutdown
+//	bit 3      parked: counted in its Tracker's pending
+//	bit 4      a check found the lock held and left a note
+//	bits 5-6   the operation's own lock (lock.go)
+//	bit 7      fat: the Handle carries a lock given to WithLock, or a context
+//	bit 8      cancelled (terminal unless completed by ForceComplete)
+//	bits 10-31 live watch entries, counted in the Tracker's watched
+//
+// Every transition that counts is one compare-and-swap, and the counts move
+// with it: the winner of completed learns from the word it replaced whether
+// the operation was parked and on how many keys, and takes exactly that off
+// the Tracker. Transitions that a check must not interleave with (park,
+// expiry, context, shutdown, cancel) also hold the operation's lock, and a
+// check (TryComplete) runs only while holding it and only on a parked
+// operation. docs/purgatory.md has the table.
+package lifecycle
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/timer"
+)
+
+// Callbacks are the methods a user's operation provides.
+type Callbacks interface {
+	TryComplete() bool
+	OnComplete()
+	OnExpiration()
+}
+
+// Sealed is implemented only by types that embed an Op: its one method is
+// unexported, so no other type can provide it.
+type Sealed interface{ lifecycleOp() *Op }
+
+// Of returns the Op embedded in s.
+func Of(s Sealed) *Op { return s.lifecycleOp() }
+
+// Op is the lifecycle of one operation. It is 80 bytes: the timer entry (64
+// bytes, whose spare word holds the state and whose owner slot holds the
+// user's operation), the Tracker of the purgatory it is parked in, and its
+// current Handle. It must not be copied after Init.
+type Op struct {
+	tb timer.TaskBase
+	t  atomic.Pointer[Tracker] // set under the lock before the park CAS
+	h  atomic.Pointer[Handle]  // set by Init (fat) and by Park, before the park CAS
+}
+
+func (o *Op) lifecycleOp() *Op { return o }
+
+// State bits; see the package documentation.
+const (
+	stCompleted uint32 = 1 << 0
+	kindShift          = 1
+	kindMask    uint32 = 3 << kindShift
+	stParked    uint32 = 1 << 3
+	stTryAgain  uint32 = 1 << 4
+	stLocked    uint32 = 1 << 5
+	stWaiters   uint32 = 1 << 6
+	stFat       uint32 = 1 << 7
+	stCancelled uint32 = 1 << 8
+
+	watchShift        = 10
+	watchOne   uint32 = 1 << watchShift
+	flagBits          = watchOne - 1
+
+	// MaxKeys is the most keys one operation can be watched on.
+	MaxKeys = 1<<(32-watchShift) - 1
+)
+
+// Kind says how an operation completed.
+type Kind uint32
+
+// The ways an operation completes.
+const (
+	Early    Kind = iota // TryComplete or ForceComplete
+	Expired              // its timeout
+	Context              // its context ended
+	Shutdown             // the purgatory shut down
+)
+
+func (o *Op) word() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.FlagsOffset))
+}
+
+func (o *Op) owner() *any {
+	return (*any)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.OwnerOffset))
+}
+
+func (o *Op) self() Callbacks { return (*o.owner()).(Callbacks) }
+
+// Self returns the user's operation, or nil before Init.
+func Self(o *Op) any { return *o.owner() }
+
+// task is the Op seen as a timer.Task: the timer calls its Run only when
+// the purgatory was given a Timer of the user's own; this package's timers
+// call expireEntry through tasklink. Either way the user's type is not
+// consulted.
+type task struct{ timer.TaskBase }
+
+// Run expires the operation.
+func (t *task) Run() { finish((*Op)(unsafe.Pointer(t)), Expired) }
+
+func init() {
+	tasklink.Run = func(p unsafe.Pointer) { finish((*Op)(p), Expired) }
+}
+
+// Task returns the Op's timer entry, to Add to a timer.
+func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
+
+// Handle is what watch lists hold instead of the operation. Completing or
+// cancelling the operation clears it, which releases the operation from
+// every list at once without taking a list's lock; the 8-byte Handle stays
+// on the lists until they are next compacted. A new Handle is made for
+// each park.
+type Handle struct {
+	op atomic.Pointer[Op] // nil once the operation has completed or been cancelled
+}
+
+// Op returns the operation, or nil once it has completed or been cancelled.
+func (h *Handle) Op() *Op { return h.op.Load() }
+
+// fatHandle carries what only some operations have: a lock given to
+// WithLock and a context. Op.h points at its first field when stFat is set.
+type fatHandle struct {
+	Handle
+	lock   sync.Locker
+	shared *SharedLock
+	ctx    context.Context
+	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+}
+
+func (o *Op) fat() *fatHandle {
+	if o.word().Load()&stFat == 0 {
+		return nil
+	}
+	return (*fatHandle)(unsafe.Pointer(o.h.Load()))
+}
+
+// Options are what Init takes besides the timeout.
+type Options struct {
+	Lock   sync.Locker
+	Shared *SharedLock // Lock, when it is a SharedLock
+	Ctx    context.Context
+}
+
+// Init binds o to self, the user's operation that embeds it, and sets the
+// timeout. It panics on misuse that would otherwise corrupt the state: a
+// second Init of a parked operation.
+func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
+	if o.word().Load()&(stParked|stCompleted|stCancelled) != 0 {
+		panic("operation: Init of an operation already parked, completed or cancelled")
+	}
+	*o.owner() = self
+	o.tb.SetDelay(timeout)
+	if opt.Ctx != nil && opt.Ctx.Done() == nil {
+		opt.Ctx = nil // never ends: nothing to watch
+	}
+	if opt.Lock != nil || opt.Ctx != nil {
+		fh := &fatHandle{lock: opt.Lock, shared: opt.Shared, ctx: opt.Ctx}
+		o.h.Store(&fh.Handle)
+		o.word().Or(stFat)
+	} else {
+		o.h.Store(nil)
+		o.word().And(^stFat)
+	}
+}
+
+// Initialised reports whether Init has been called.
+func Initialised(o *Op) bool { return *o.owner() != nil }
+
+// Timeout returns the timeout given to Init.
+func Timeout(o *Op) time.Duration { return o.tb.Delay() }
+
+// IsCompleted reports whether the operation has completed, by any path.
+func IsCompleted(o *Op) bool { return o.word().Load()&stCompleted != 0 }
+
+// IsCancelled reports whether CancelForKey took the operation out of its
+// purgatory.
+func IsCancelled(o *Op) bool { return o.word().Load()&stCancelled != 0 }
+
+// KindOf reports how the operation completed; ok is false until it has.
+func KindOf(o *Op) (k Kind, ok bool) {
+	s := o.word().Load()
+	return Kind((s & kindMask) >> kindShift), s&stCompleted != 0
+}
+
+// ContextCause returns context.Cause of the operation's context, for an
+// operation that completed as Context.
+func ContextCause(o *Op) error {
+	if fh := o.fat(); fh != nil && fh.ctx != nil {
+		return context.Cause(fh.ctx)
+	}
+	return context.Canceled
+}
+
+// ForceComplete completes the operation early if nothing has completed it
+// yet, and reports whether this call did. It takes no lock: user code may
+// call it from anywhere, and TryComplete calls it under the lock.
+func ForceComplete(o *Op) bool { return o.complete(Early, false) }
+
+// complete is the one transition into completed. With needParked it
+// completes only a parked operation (expiry, context and shutdown act for a
+// purgatory, and must not touch an operation it no longer holds). The
+// compare-and-swap sets completed and the kind, clears parked and the watch
+// count, and so decides in one step who won and what to uncount.
+func (o *Op) complete(k Kind, needParked bool) bool {
+	w := o.word()
+	var s uint32
+	for {
+		s = w.Load()
+		if s&stCompleted != 0 || needParked && s&stParked == 0 {
+			return false
+		}
+		if w.CompareAndSwap(s, (s|stCompleted|uint32(k)<<kindShift)&^stParked&flagBits) {
+			break
+		}
+	}
+	t := o.t.Load()
+	if s&stParked != 0 {
+		st := t.stripe(o)
+		if n := s >> watchShift; n > 0 {
+			st.watched.Add(-int64(n))
+		}
+		st.pending.Add(-1)
+		st.done[k].Add(1)
+		t.release()
+	}
+	o.release()
+	o.call(t, Callbacks.OnComplete, "OnComplete")
+	if k == Expired || k == Shutdown {
+		o.call(t, Callbacks.OnExpiration, "OnExpiration")
+	}
+	return true
+}
+
+// release lets go of everything that could reach or wake the operation
+// once it has left its purgatory: the timer entry, the watch lists (through
+// the Handle) and the context's AfterFunc.
+func (o *Op) release() {
+	o.tb.Cancel()
+	h := o.h.Load()
+	if h == nil {
+		return
+	}
+	h.op.Store(nil) // off every watch list at once (KAFKA-19389)
+	if fh := o.fat(); fh != nil {
+		if stop := fh.stop.Swap(nil); stop != nil {
+			(*stop)()
+		}
+	}
+}
+
+// call runs a user callback. Once the operation has been parked (t is set)
+// a panic is recovered and reported, so that one bad callback cannot take
+// down the goroutine that was completing many operations; before that it
+// propagates to the caller, as from any method call.
+func (o *Op) call(t *Tracker, f func(Callbacks), name string) {
+	if t == nil {
+		f(o.self())
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.recovered(o, name, r)
+		}
+	}()
+	f(o.self())
+}
+
+// finish completes a parked operation as k (expiry, context, shutdown)
+// under its lock, so that TryComplete, OnComplete and OnExpiration of one
+// operation never overlap (KAFKA-19312). It does nothing to an operation
+// that has completed, been cancelled, or was never parked.
+func finish(o *Op, k Kind) bool {
+	l := o.lock()
+	l.Lock()
+	done := o.complete(k, true)
+	o.unlockAndRecheck(l)
+	return done
+}
+
+// Expire completes a parked operation as k: Expired, Context or Shutdown.
+func Expire(o *Op, k Kind) bool { return finish(o, k) }
+
+// Park makes the operation pending in the purgatory that counts in t, and
+// returns the Handle its watch lists are to hold. It fails if the operation
+// is already parked, completed or cancelled. The caller holds the lock
+// (Lock), so two Parks of one operation cannot interleave.
+//
+// The Tracker and the Handle are published before the compare-and-swap
+// that parks, so a ForceComplete racing with Park either completes an
+// unparked operation (Park then fails) or sees both (and uncounts the
+// park). Pending is raised before the swap and lowered again if it fails,
+// so that it never dips below zero.
+func Park(o *Op, t *Tracker) (*Handle, bool) {
+	w := o.word()
+	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
+		return nil, false
+	}
+	var h *Handle
+	if fh := o.fat(); fh != nil {
+		nf := &fatHandle{lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
+		h = &nf.Handle
+	} else {
+		h = &Handle{}
+	}
+	h.op.Store(o)
+	o.t.Store(t)
+	o.h.Store(h)
+	st := t.stripe(o)
+	st.pending.Add(1)
+	for {
+		s := w.Load()
+		if s&(stParked|stCompleted|stCancelled) != 0 {
+			st.pending.Add(-1)
+			h.op.Store(nil)
+			return nil, false
+		}
+		if w.CompareAndSwap(s, s|stParked) {
+			return h, true
+		}
+	}
+}
+
+// ArmContext starts watching the operation's context, if it has one: when
+// the context ends, the operation completes as Context. Call it after Park.
+// If the context has already ended, the completion runs at once on another
+// goroutine (it waits for the operation's lock).
+func ArmContext(o *Op) {
+	fh := o.fat()
+	if fh == nil || fh.ctx == nil {
+		return
+	}
+	stop := context.AfterFunc(fh.ctx, func() { finish(o, Context) })
+	fh.stop.Store(&stop)
+	// A completion that ran before the Store found nothing to stop.
+	if o.word().Load()&(stCompleted|stCancelled) != 0 {
+		if s := fh.stop.Swap(nil); s != nil {
+			(*s)()
+		}
+	}
+}
+
+// AddWatches counts n more watch entries for a parked operation, unless it
+// has completed meanwhile (then the entries are tombstones from the start).
+// It reports whether it counted them.
+func AddWatches(o *Op, n int) bool {
+	w := o.word()
+	t := o.t.Load()
+	st := t.stripe(o)
+	st.watched.Add(int64(n))
+	for {
+		s := w.Load()
+		if s&stParked == 0 || int(s>>watchShift)+n > MaxKeys {
+			st.watched.Add(-int64(n))
+			return false
+		}
+		if w.CompareAndSwap(s, s+uint32(n)<<watchShift) {
+			return true
+		}
+	}
+}
+
+// Cancel takes a parked operation out of its purgatory without completing
+// it (Kafka's cancelForKey): no callback runs, its timeout is cancelled, and
+// it is released from all its keys. It reports whether this call cancelled
+// it; false if it completed first. A cancelled operation cannot be parked
+// again, but ForceComplete still completes it (uncounted).
+//
+// Cancel holds the operation's lock, so that a check already running the
+// operation's TryComplete finishes first: the operation is then either
+// completed by it or cancelled, never both.
+func Cancel(o *Op) bool {
+	l := o.lock()
+	l.Lock()
+	w := o.word()
+	var s uint32
+	for {
+		s = w.Load()
+		if s&stParked == 0 || s&stCompleted != 0 {
+			o.unlockAndRecheck(l)
+			return false
+		}
+		if w.CompareAndSwap(s, (s|stCancelled)&^stParked&flagBits) {
+			break
+		}
+	}
+	t := o.t.Load()
+	st := t.stripe(o)
+	if n := s >> watchShift; n > 0 {
+		st.watched.Add(-int64(n))
+	}
+	st.pending.Add(-1)
+	st.cancelled.Add(1)
+	t.release()
+	o.release()
+	l.Unlock()
+	return true
+}
+
+// CancelTimerIfDone cancels the operation's timer entry if the operation
+// completed while it was being added (Kafka re-checks the same way after
+// adding): the completion's own Cancel may have run before the Add.
+func CancelTimerIfDone(o *Op) {
+	if o.word().Load()&(stCompleted|stCancelled) != 0 {
+		o.tb.Cancel()
+	}
+}

@@ -1,0 +1,121 @@
+package lifecycle_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/optest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The operation's own lock excludes, blocks and wakes like a mutex.
+func TestOwnLockExcludes(t *testing.T) {
+	o := optest.New(0)
+	l := lifecycle.Lock(lifecycle.Of(o))
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				l.Lock()
+				n := inside.Add(1)
+				if n > maxInside.Load() {
+					maxInside.Store(n)
+				}
+				inside.Add(-1)
+				l.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), maxInside.Load())
+	tl := l.(interface{ TryLock() bool })
+	assert.True(t, tl.TryLock())
+	assert.False(t, tl.TryLock())
+	l.Unlock()
+	assert.Panics(t, func() { l.Unlock() })
+}
+
+// Park refuses an operation that is parked, completed or cancelled, and a
+// ForceComplete of a parked operation uncounts it exactly once.
+func TestParkCountsOnce(t *testing.T) {
+	var tr lifecycle.Tracker
+	o := optest.New(0)
+	lo := lifecycle.Of(o)
+	h, ok := lifecycle.Park(lo, &tr)
+	assert.True(t, ok)
+	assert.Same(t, lo, h.Op())
+	_, ok = lifecycle.Park(lo, &tr)
+	assert.False(t, ok, "parked twice")
+	assert.True(t, lifecycle.AddWatches(lo, 3))
+	c := tr.Counts()
+	assert.Equal(t, int64(1), c.Pending)
+	assert.Equal(t, int64(3), c.Watched)
+	assert.True(t, o.ForceComplete())
+	assert.False(t, o.ForceComplete())
+	assert.Nil(t, h.Op(), "completion clears the handle")
+	c = tr.Counts()
+	assert.Equal(t, int64(0), c.Pending)
+	assert.Equal(t, int64(0), c.Watched)
+	assert.Equal(t, uint64(1), c.Done[lifecycle.Early])
+	_, ok = lifecycle.Park(lo, &tr)
+	assert.False(t, ok, "a completed operation parked again")
+	assert.Equal(t, int64(0), tr.Counts().Pending)
+}
+
+// Cancel takes a parked operation out uncompleted, once; it cannot be
+// parked again, and a ForceComplete afterwards runs OnComplete uncounted.
+func TestCancel(t *testing.T) {
+	var tr lifecycle.Tracker
+	o := optest.New(0)
+	lo := lifecycle.Of(o)
+	h, _ := lifecycle.Park(lo, &tr)
+	lifecycle.AddWatches(lo, 2)
+	assert.True(t, lifecycle.Cancel(lo))
+	assert.False(t, lifecycle.Cancel(lo))
+	assert.Nil(t, h.Op())
+	assert.False(t, o.IsCompleted())
+	_, ok := lifecycle.Park(lo, &tr)
+	assert.False(t, ok)
+	o.Ready.Store(true)
+	assert.False(t, lifecycle.TryComplete(lo), "checks leave a cancelled operation alone")
+	assert.True(t, o.ForceComplete())
+	assert.Equal(t, int32(1), o.Completes.Load())
+	c := tr.Counts()
+	assert.Equal(t, lifecycle.Counts{Cancelled: 1}, c)
+}
+
+// Expiry, context and shutdown act only for a purgatory that still holds
+// the operation.
+func TestExpireNeedsParked(t *testing.T) {
+	o := optest.New(0)
+	lo := lifecycle.Of(o)
+	assert.False(t, lifecycle.Expire(lo, lifecycle.Expired), "never parked")
+	assert.Equal(t, int32(0), o.Completes.Load())
+	var tr lifecycle.Tracker
+	lifecycle.Park(lo, &tr)
+	assert.True(t, lifecycle.Expire(lo, lifecycle.Expired))
+	assert.Equal(t, int32(1), o.Expiries.Load())
+	assert.True(t, o.IsExpired())
+	k, ok := lifecycle.KindOf(lo)
+	assert.True(t, ok)
+	assert.Equal(t, lifecycle.Expired, k)
+}
+
+// MaxPending is a hard bound on reservations.
+func TestReserve(t *testing.T) {
+	tr := lifecycle.Tracker{MaxPending: 2}
+	assert.True(t, tr.Reserve())
+	assert.True(t, tr.Reserve())
+	assert.False(t, tr.Reserve())
+	tr.Unreserve()
+	assert.True(t, tr.Reserve())
+}

@@ -1,0 +1,271 @@
+package lifecycle
+
+import (
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// An operation's own lock is two bits of its state word rather than a
+// sync.Mutex, which keeps Op at 80 bytes. It is rarely contended (two
+// checks of one operation at once, or a check and its expiry), so the slow
+// path can be plain: a short spin, then a wait on one of a fixed set of
+// condition variables chosen by the operation's address.
+const parkStripes = 256
+
+var parking [parkStripes]struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	_    [40]byte
+}
+
+func init() {
+	for i := range parking {
+		parking[i].cond.L = &parking[i].mu
+	}
+}
+
+// OnContended, if set, is called by a goroutine about to wait for an
+// operation's own lock. Tests use it to know that a competitor has reached
+// the lock; it must be set before any operation is used.
+var OnContended func(o *Op)
+
+func (o *Op) parkStripe() int { return int(uintptr(unsafe.Pointer(o))>>6) % parkStripes }
+
+// opLock is an Op seen as a sync.Locker for its own lock. Converting an
+// *Op to it allocates nothing.
+type opLock Op
+
+func (l *opLock) op() *Op { return (*Op)(l) }
+
+// TryLock locks the operation's own lock if it is free.
+func (l *opLock) TryLock() bool {
+	w := l.op().word()
+	for {
+		s := w.Load()
+		if s&stLocked != 0 {
+			return false
+		}
+		if w.CompareAndSwap(s, s|stLocked) {
+			return true
+		}
+	}
+}
+
+// Lock locks the operation's own lock.
+func (l *opLock) Lock() {
+	if l.TryLock() {
+		return
+	}
+	for range 30 {
+		runtime.Gosched()
+		if l.TryLock() {
+			return
+		}
+	}
+	o := l.op()
+	if OnContended != nil {
+		OnContended(o)
+	}
+	w := o.word()
+	p := &parking[o.parkStripe()]
+	p.mu.Lock()
+	for {
+		s := w.Load()
+		if s&stLocked == 0 {
+			if w.CompareAndSwap(s, s|stLocked) {
+				p.mu.Unlock()
+				return
+			}
+			continue
+		}
+		// Ask the holder to wake us. The holder clears the bit and then
+		// takes p.mu to broadcast, so it cannot broadcast between our
+		// setting the bit and our waiting: we hold p.mu until Wait.
+		if s&stWaiters == 0 && !w.CompareAndSwap(s, s|stWaiters) {
+			continue
+		}
+		p.cond.Wait()
+	}
+}
+
+// Unlock unlocks the operation's own lock and wakes any waiters.
+func (l *opLock) Unlock() {
+	o := l.op()
+	old := o.word().And(^(stLocked | stWaiters))
+	if old&stLocked == 0 {
+		panic("operation: unlock of unlocked operation lock")
+	}
+	if old&stWaiters != 0 {
+		p := &parking[o.parkStripe()]
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// lock returns the lock TryComplete runs under: the one given to WithLock,
+// or the operation's own.
+func (o *Op) lock() sync.Locker {
+	if fh := o.fat(); fh != nil && fh.lock != nil {
+		return fh.lock
+	}
+	return (*opLock)(o)
+}
+
+// Lock returns the lock the operation's TryComplete runs under.
+func Lock(o *Op) sync.Locker { return o.lock() }
+
+// clear clears bit and reports whether this call cleared it.
+func (o *Op) clear(bit uint32) bool {
+	w := o.word()
+	for {
+		s := w.Load()
+		if s&bit == 0 {
+			return false
+		}
+		if w.CompareAndSwap(s, s&^bit) {
+			return true
+		}
+	}
+}
+
+// checkable reports whether a check may run TryComplete: the operation is
+// parked and has not completed. Read under the lock, it cannot change
+// except by a lock-free ForceComplete, which TryComplete would lose.
+func (o *Op) checkable() bool {
+	return o.word().Load()&(stParked|stCompleted) == stParked
+}
+
+// TryComplete calls the operation's TryComplete under its lock if it is
+// parked and not completed, and reports whether this call completed it
+// (Kafka's safeTryComplete).
+//
+// If another goroutine holds the lock, it does not wait: it leaves a note
+// that the holder acts on after unlocking (Kafka's maybeTryComplete). That
+// is what keeps a callback that calls CheckAndComplete from deadlocking on a
+// lock its own goroutine holds: Go's mutexes are not re-entrant, Kafka's
+// are. The note is a bit of the state for the operation's own lock, and the
+// SharedLock's list for a SharedLock.
+func TryComplete(o *Op) bool {
+	l := o.lock()
+	tl, ok := l.(interface{ TryLock() bool })
+	if !ok {
+		l.Lock()
+		defer l.Unlock()
+		return o.checkable() && o.tryComplete()
+	}
+	var shared *SharedLock
+	if fh := o.fat(); fh != nil {
+		shared = fh.shared
+	}
+	done := false
+	for o.checkable() {
+		if tl.TryLock() {
+			o.clear(stTryAgain)
+			done = o.checkable() && o.tryComplete()
+			l.Unlock()
+			// Someone may have left a note while we held the lock.
+			if shared != nil || o.word().Load()&stTryAgain == 0 {
+				break
+			}
+			continue
+		}
+		if shared != nil {
+			// The holder checks the list after it unlocks. If it unlocked
+			// before we added to the list, the TryLock below succeeds.
+			shared.deferCheck(o)
+			if !tl.TryLock() {
+				break
+			}
+			l.Unlock() // drains the list, which includes o
+			break
+		}
+		// The holder will see the note after it unlocks. If the note was
+		// already there, the holder is bound to see it: no need to retry.
+		if o.word().Or(stTryAgain)&stTryAgain != 0 {
+			break
+		}
+		// We set the note, but the holder may have unlocked just before:
+		// go round again.
+	}
+	return done
+}
+
+// LockForPark takes the operation's lock for TryCompleteElseWatch, which
+// holds it across Park, the first TryComplete, watching every key and the
+// last TryComplete. Release it with UnlockAfterPark.
+func LockForPark(o *Op) sync.Locker {
+	l := o.lock()
+	l.Lock()
+	return l
+}
+
+// UnlockAfterPark releases the lock taken by LockForPark and makes any
+// check that was skipped meanwhile.
+func UnlockAfterPark(o *Op, l sync.Locker) { o.unlockAndRecheck(l) }
+
+// TryCompleteLocked calls TryComplete; the caller holds the lock and has
+// parked the operation.
+func TryCompleteLocked(o *Op) bool { return o.checkable() && o.tryComplete() }
+
+// unlockAndRecheck unlocks and, if a check was skipped because we held the
+// lock, makes it.
+func (o *Op) unlockAndRecheck(l sync.Locker) {
+	l.Unlock()
+	if o.word().Load()&(stTryAgain|stCompleted) == stTryAgain {
+		TryComplete(o)
+	}
+}
+
+func (o *Op) tryComplete() (done bool) {
+	if t := o.t.Load(); t != nil {
+		defer func() {
+			if r := recover(); r != nil {
+				t.recovered(o, "TryComplete", r)
+				done = false
+			}
+		}()
+	}
+	return o.self().TryComplete()
+}
+
+// SharedLock is a lock several operations share (Kafka's lockOpt). A check
+// that finds it held leaves the operation on a list, and whoever unlocks
+// next checks the listed operations, so a callback running under the lock
+// may trigger checks of the others that share it. The zero value is
+// unlocked.
+type SharedLock struct {
+	mu      sync.Mutex
+	pmu     sync.Mutex // guards pending
+	pending []*Op
+}
+
+// Lock locks l.
+func (l *SharedLock) Lock() { l.mu.Lock() }
+
+// TryLock tries to lock l and reports whether it did.
+func (l *SharedLock) TryLock() bool { return l.mu.TryLock() }
+
+// Unlock unlocks l, then checks every operation whose check found l held.
+func (l *SharedLock) Unlock() {
+	l.mu.Unlock()
+	for {
+		l.pmu.Lock()
+		ops := l.pending
+		l.pending = nil
+		l.pmu.Unlock()
+		if len(ops) == 0 {
+			return
+		}
+		for _, o := range ops {
+			TryComplete(o)
+		}
+	}
+}
+
+func (l *SharedLock) deferCheck(o *Op) {
+	l.pmu.Lock()
+	l.pending = append(l.pending, o)
+	l.pmu.Unlock()
+}

@@ -1,0 +1,97 @@
+package lifecycle
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Tracker counts what a purgatory's operations report. The counters are
+// striped by operation address: a request is usually parked on one
+// goroutine and completed on another, and with one set of counters every
+// request would bounce their cache line between two cores several times.
+// Reads sum the stripes.
+type Tracker struct {
+	stripes [trackerStripes]trackerStripe
+
+	// OnPanic is called with every recovered callback panic. Set it before
+	// the Tracker is used.
+	OnPanic func(op any, callback string, v any)
+
+	// MaxPending, when above zero, bounds the operations parked at once;
+	// reserved counts them. Only purgatories given WithMaxPending pay for
+	// the shared counter.
+	MaxPending int64
+	reserved   atomic.Int64
+}
+
+const trackerStripes = 16
+
+type trackerStripe struct {
+	pending   atomic.Int64     // parked, not yet completed or cancelled
+	watched   atomic.Int64     // live watch entries of parked operations
+	done      [4]atomic.Uint64 // completed, by Kind
+	cancelled atomic.Uint64
+	panics    atomic.Uint64
+	_         [128 - 64]byte
+}
+
+func (t *Tracker) stripe(o *Op) *trackerStripe {
+	return &t.stripes[(uintptr(unsafe.Pointer(o))>>7)%trackerStripes]
+}
+
+// Counts is a sum of a Tracker's stripes.
+type Counts struct {
+	Pending, Watched int64
+	Done             [4]uint64 // by Kind
+	Cancelled        uint64
+	Panics           uint64
+}
+
+// Counts sums the stripes. Each stripe is read atomically; the sum is not
+// one snapshot.
+func (t *Tracker) Counts() Counts {
+	var c Counts
+	for i := range t.stripes {
+		s := &t.stripes[i]
+		c.Pending += s.pending.Load()
+		c.Watched += s.watched.Load()
+		for k := range c.Done {
+			c.Done[k] += s.done[k].Load()
+		}
+		c.Cancelled += s.cancelled.Load()
+		c.Panics += s.panics.Load()
+	}
+	return c
+}
+
+// AddPanic counts a panic recovered outside the operations' own callbacks.
+func (t *Tracker) AddPanic() { t.stripes[0].panics.Add(1) }
+
+// Reserve takes a place for one more pending operation, and reports false
+// if MaxPending are pending already.
+func (t *Tracker) Reserve() bool {
+	if t.MaxPending <= 0 {
+		return true
+	}
+	if t.reserved.Add(1) > t.MaxPending {
+		t.reserved.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Unreserve gives back a place taken by Reserve that Park did not use.
+func (t *Tracker) Unreserve() { t.release() }
+
+func (t *Tracker) release() {
+	if t.MaxPending > 0 {
+		t.reserved.Add(-1)
+	}
+}
+
+func (t *Tracker) recovered(o *Op, callback string, v any) {
+	t.stripe(o).panics.Add(1)
+	if t.OnPanic != nil {
+		t.OnPanic(Self(o), callback, v)
+	}
+}

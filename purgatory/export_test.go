@@ -1,0 +1,27 @@
+package purgatory
+
+// Step exposes the points of TryCompleteElseWatch to this package's tests.
+type Step = step
+
+const (
+	StepParked      = stepParked
+	StepTried       = stepTried
+	StepBetweenKeys = stepBetweenKeys
+	StepWatched     = stepWatched
+	StepUnlocked    = stepUnlocked
+	StepTimed       = stepTimed
+)
+
+// Steps lists them in order.
+var Steps = []Step{StepParked, StepTried, StepBetweenKeys, StepWatched, StepUnlocked, StepTimed}
+
+func (s Step) String() string {
+	return [...]string{"parked", "tried", "between-keys", "watched", "unlocked", "timed"}[s]
+}
+
+// SetStepHook installs f at every step and returns a function that removes
+// it. Tests that use it must not run in parallel.
+func SetStepHook(f func(Step)) (restore func()) {
+	stepHook = f
+	return func() { stepHook = nil }
+}

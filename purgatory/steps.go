@@ -1,0 +1,25 @@
+package purgatory
+
+// step names a point between two steps of TryCompleteElseWatch where
+// another goroutine may act. Tests install a hook at these points
+// (export_test.go) to run a competitor exactly there.
+type step int
+
+// The steps, in order. The first three run with the operation's lock held.
+const (
+	stepParked      step = iota // parked and counted, before the first TryComplete
+	stepTried                   // the first TryComplete failed, before watching
+	stepBetweenKeys             // watched on some keys, not yet on the rest
+	stepWatched                 // watched on every key, before the last TryComplete
+	stepUnlocked                // lock released, before the timeout is added
+	stepTimed                   // the timeout is added, before the final checks
+)
+
+// stepHook is nil outside tests.
+var stepHook func(step)
+
+func (p *Purgatory[K, T]) at(s step) {
+	if stepHook != nil {
+		stepHook(s)
+	}
+}
