@@ -1,0 +1,5 @@
+//go:build !race
+
+package purgatory_test
+
+const raceEnabled = false

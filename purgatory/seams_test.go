@@ -1,0 +1,262 @@
+package purgatory_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+	"weak"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/timer"
+)
+
+// The seam tests run one competitor exactly between two steps of
+// TryCompleteElseWatch (park, first TryComplete, watch each key, last
+// TryComplete, unlock, add the timeout), for every pair of step and
+// competitor, and then check the outcome: callbacks exactly once, every
+// count exact, nothing left in the timer, and the operation unreachable.
+//
+// At the first four steps TryCompleteElseWatch holds the operation's lock.
+// A competitor that needs it (expiry, CancelForKey, Shutdown, a context's
+// AfterFunc) runs on a goroutine of its own, and the hook waits until it is
+// blocked on that lock (or done), so it acts at the first moment the design
+// allows. Lock-free competitors (ForceComplete, CheckAndComplete, which
+// leaves a note for the lock's holder) act inside the step itself.
+
+type seamCompetitor struct {
+	name string
+	// act runs the competitor. It returns at once for competitors that
+	// finish on another goroutine.
+	act func(s *seam)
+	// outcome is how the operation ends when the competitor acts at step.
+	outcome func(step purgatory.Step) string
+}
+
+type seam struct {
+	t      *testing.T
+	p      *pg
+	op     *mockOp
+	cancel context.CancelFunc
+	got    []*mockOp // what CancelForKey returned
+}
+
+var seamKeys = []string{"a", "b"}
+
+var competitors = []seamCompetitor{
+	{
+		name:    "ForceComplete",
+		act:     func(s *seam) { s.op.ForceComplete() },
+		outcome: func(purgatory.Step) string { return "early" },
+	},
+	{
+		name: "CheckAndComplete",
+		act: func(s *seam) {
+			s.op.Ready.Store(true)
+			s.p.CheckAndComplete(seamKeys[0]) // watched first
+		},
+		outcome: func(purgatory.Step) string { return "early" },
+	},
+	{
+		name: "expiry",
+		act: func(s *seam) {
+			// The timer firing the operation's entry now, as an expiry
+			// already handed over would.
+			lifecycle.Task(lifecycle.Of(s.op)).Run()
+		},
+		outcome: func(purgatory.Step) string { return "expired" },
+	},
+	{
+		name: "CancelForKey",
+		act:  func(s *seam) { s.got = s.p.CancelForKey(seamKeys[0]) },
+		outcome: func(step purgatory.Step) string {
+			if step < purgatory.StepBetweenKeys {
+				return "pending" // not watched on the key yet: nothing to cancel
+			}
+			return "cancelled"
+		},
+	},
+	{
+		name:    "Shutdown",
+		act:     func(s *seam) { require.NoError(s.t, s.p.Shutdown(context.Background())) },
+		outcome: func(purgatory.Step) string { return "shutdown" },
+	},
+	{
+		name:    "context",
+		act:     func(s *seam) { s.cancel() },
+		outcome: func(purgatory.Step) string { return "context" },
+	},
+}
+
+// lockHeld reports whether TryCompleteElseWatch holds the operation's lock
+// at step.
+func lockHeld(step purgatory.Step) bool { return step <= purgatory.StepWatched }
+
+
+// stepInAdd is one more point, inside the timer's Add, before the entry is
+// linked: a wrapping Timer reaches it.
+const stepInAdd = purgatory.Step(100)
+
+// addHookTimer runs hook at the start of every Add, then adds to the
+// MockTimer it wraps.
+type addHookTimer struct {
+	*timer.MockTimer
+	hook func(purgatory.Step)
+}
+
+func (a *addHookTimer) Add(task timer.Task) error {
+	a.hook(stepInAdd)
+	return a.MockTimer.Add(task)
+}
+
+func TestSeams(t *testing.T) {
+	for _, step := range append(purgatory.Steps, stepInAdd) {
+		for _, c := range competitors {
+			name := "in-add"
+			if step != stepInAdd {
+				name = step.String()
+			}
+			t.Run(name+"/"+c.name, func(t *testing.T) {
+				runSeam(t, step, c)
+			})
+		}
+	}
+}
+
+func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor) {
+	mt := timer.NewMockTimer()
+	wrap := &addHookTimer{MockTimer: mt, hook: func(purgatory.Step) {}}
+	p, err := purgatory.New[string, *mockOp]("seams", purgatory.WithTimer(wrap), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &seam{t: t, p: p, op: newOp(time.Minute, operation.WithContext(ctx)), cancel: cancel}
+	lo := lifecycle.Of(s.op)
+
+	// reached is signalled when the competitor has finished, or is blocked
+	// on the operation's lock.
+	reached := make(chan struct{}, 2)
+	hook := func(o *lifecycle.Op) {
+		if o == lo {
+			reached <- struct{}{}
+		}
+	}
+	contended.Store(&hook)
+	defer contended.Store(nil)
+
+	acted := false
+	finished := make(chan struct{}) // closed when the competitor's goroutine returns
+	stepHook := func(at purgatory.Step) {
+		if at != step || acted {
+			return
+		}
+		acted = true
+		if !lockHeld(step) {
+			close(finished)
+			c.act(s)
+			if c.name == "context" { // completes on the AfterFunc's goroutine
+				waitFor(t, func() bool { return s.op.Completes.Load() == 1 })
+			}
+			return
+		}
+		go func() {
+			defer close(finished)
+			c.act(s)
+			if c.name != "context" {
+				reached <- struct{}{}
+			}
+		}()
+		select {
+		case <-reached:
+		case <-time.After(30 * time.Second):
+			t.Error("the competitor neither finished nor reached the lock")
+		}
+	}
+	restore := purgatory.SetStepHook(stepHook)
+	wrap.hook = stepHook
+	done, err := p.TryCompleteElseWatch(s.op, seamKeys...)
+	restore()
+	require.NoError(t, err)
+	require.True(t, acted, "the hook never ran at %v", step)
+
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the competitor did not return")
+	}
+	want := c.outcome(step)
+	// A competitor that waited for the lock acts once it is released: wait
+	// for its effect before judging.
+	waitFor(t, func() bool {
+		switch want {
+		case "pending":
+			return true
+		case "cancelled":
+			return s.op.IsCancelled()
+		default:
+			return s.op.Completes.Load() == 1
+		}
+	})
+	if want == "pending" {
+		// Nothing raced: the operation is parked as usual. Check that, then
+		// end it with Shutdown.
+		st := p.Stats()
+		assert.Equal(t, 1, st.Pending)
+		assert.Equal(t, len(seamKeys)-1+1, st.Watched, "watched on both keys")
+		assert.Equal(t, 1, mt.Size())
+		require.NoError(t, p.Shutdown(context.Background()))
+		want = "shutdown"
+	}
+	if want == "cancelled" {
+		assert.Equal(t, []*mockOp{s.op}, s.got)
+	}
+
+	// The call reports true only when its own last TryComplete completed
+	// the operation: a check leaves a note while the lock is held, and the
+	// last TryComplete, which sees Ready, does it.
+	wantDone := c.name == "CheckAndComplete" && lockHeld(step)
+	assert.Equal(t, wantDone, done, "TryCompleteElseWatch's result")
+
+	var stats purgatory.Stats
+	completes, expiries := int32(1), int32(0)
+	var cause error
+	switch want {
+	case "early":
+		stats.CompletedEarly = 1
+	case "expired":
+		stats.Expired, expiries, cause = 1, 1, operation.ErrExpired
+	case "shutdown":
+		stats.Shutdown, expiries, cause = 1, 1, operation.ErrShutdown
+	case "context":
+		stats.ContextDone, cause = 1, context.Canceled
+	case "cancelled":
+		stats.Cancelled, completes = 1, 0
+	}
+	got := p.Stats()
+	got.Purged = 0
+	assert.Equal(t, stats, got, "Stats")
+	assert.Equal(t, 0, p.NumDelayed())
+	assert.Equal(t, 0, p.Watched())
+	assert.Equal(t, completes, s.op.Completes.Load(), "OnComplete")
+	assert.Equal(t, expiries, s.op.Expiries.Load(), "OnExpiration")
+	assert.Equal(t, cause, s.op.Cause())
+	assert.Equal(t, 0, mt.Size(), "left in the timer")
+
+	// Nothing the purgatory, its timer or the context holds still reaches
+	// the operation.
+	wp := weak.Make(s.op)
+	s.op, s.got = nil, nil
+	lo = nil
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return wp.Value() == nil
+	}, 30*time.Second, time.Millisecond, "the operation is still reachable")
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(ctx)
+}
