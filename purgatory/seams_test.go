@@ -97,7 +97,6 @@ var competitors = []seamCompetitor{
 // at step.
 func lockHeld(step purgatory.Step) bool { return step <= purgatory.StepWatched }
 
-
 // stepInAdd is one more point, inside the timer's Add, before the entry is
 // linked: a wrapping Timer reaches it.
 const stepInAdd = purgatory.Step(100)
