@@ -25,7 +25,9 @@
 //		return false
 //	}
 //
-//	func (p *delayedProduce) OnComplete()   { p.respond(p.result()) }
+//	// OnComplete runs once; Cause is nil unless a timeout, a context or a
+//	// shutdown completed the operation.
+//	func (p *delayedProduce) OnComplete()   { p.respond(p.Cause()) }
 //	func (p *delayedProduce) OnExpiration() { metrics.ProduceExpired.Inc() }
 //
 // # Callback order
@@ -39,12 +41,20 @@
 //     for OnComplete to finish: unlike sync.Once, ForceComplete is not a
 //     barrier.
 //  3. OnComplete runs exactly once per operation, whoever completed it.
-//  4. OnExpiration runs after OnComplete, only when the timeout won the
-//     race. Expiry takes the operation's lock (Run), so TryComplete,
-//     OnComplete and OnExpiration of one operation never overlap when they
-//     are reached through the purgatory. (A ForceComplete called by user
-//     code without the lock is exactly-once, but is not serialised with a
-//     TryComplete running on another goroutine.)
+//  4. OnExpiration runs after OnComplete, only when the timeout (or the
+//     purgatory's Shutdown) won the race. Expiry takes the operation's
+//     lock, so TryComplete, OnComplete and OnExpiration of one operation
+//     never overlap when they are reached through the purgatory. (A
+//     ForceComplete called by user code without the lock is exactly-once,
+//     but is not serialised with a TryComplete running on another
+//     goroutine.)
+//  5. Cause tells OnComplete why it runs: nil for an early completion,
+//     ErrExpired, ErrShutdown, or the cause of the context given to
+//     WithContext.
+//
+// Only these methods of an operation are consulted: a method of its own
+// named Run, say, does not affect its timeout, whose timer entry is internal
+// to the library.
 //
 // When the operation is parked in a purgatory, a panic in any of the three
 // callbacks is recovered, counted in the purgatory's Stats and logged; the
@@ -58,6 +68,6 @@
 // that must not interleave can share a *SharedLock (Kafka's lockOpt).
 // Go's mutexes are not re-entrant, so checks never wait for a lock that is
 // held: they leave a note for the holder, who runs the check when it
-// unlocks (see SafeTryComplete). Do not call CheckAndComplete while holding
+// unlocks. Do not call CheckAndComplete while holding
 // a lock that a TryComplete takes, other than a SharedLock.
 package operation

@@ -23,8 +23,20 @@
 //
 // OnComplete runs exactly once per operation, whoever completes it:
 // TryCompleteElseWatch, CheckAndComplete on any of its keys, ForceComplete
-// from user code, expiry, or Shutdown. OnExpiration runs only when expiry
-// (or Shutdown) won. Completion is a compare-and-swap in operation.Base.
+// from user code, expiry, its context (operation.WithContext), or Shutdown;
+// the operation's Cause says which. OnExpiration runs only when expiry (or
+// Shutdown) won. Every operation follows one state machine (created, parked,
+// watched, timed, then completed or cancelled) whose counting transitions
+// are single compare-and-swaps, so Stats are exact once nothing is in
+// flight; docs/purgatory.md has the table.
+//
+// # Where callbacks run
+//
+// OnComplete runs on the goroutine that completed the operation: the one
+// calling CheckAndComplete, TryCompleteElseWatch or ForceComplete; the
+// reaper goroutine for an expiry; the goroutine context.AfterFunc starts for
+// a context. A reply channel written from OnComplete must be buffered, or
+// the send must not block.
 //
 // # The story about the lock
 //
@@ -48,24 +60,27 @@
 // # Lock order
 //
 //  1. an operation's lock (its own mutex or a shared operation.SharedLock);
-//  2. a watcher shard's lock (package watchers);
+//  2. a watcher shard's lock;
 //  3. the timer's locks: its striped reader/writer lock, then a bucket's.
 //
 // No user callback runs under a shard or timer lock. Callers must not call
 // CheckAndComplete while holding a lock that some TryComplete takes (a
 // SharedLock excepted): the check would have to leave a note for a holder
-// that is waiting on the caller.
+// that is waiting on the caller. CancelForKey and Shutdown wait for
+// operations' locks, so do not call them from a callback.
 //
 // # Memory
 //
-// A parked operation costs about 115 bytes beyond its own fields, watched on
-// three keys (Kafka's: about 232). Watch lists hold a small Handle instead of
-// the operation; completing the operation clears the Handle, so it is
-// released from every key at once (Kafka leaves it on its other keys until a
-// purge, which ran brokers out of memory in KAFKA-19389). The 8-byte slots
-// left behind are dropped when their key is next checked, or by Kafka's purge,
-// which here also waits until dead slots outnumber live ones, so that its cost
-// is spread over at least as many completions as slots it visits.
+// A parked operation costs about 116 bytes beyond its own fields, watched on
+// three keys (Kafka's: about 232). Watch lists hold a small handle instead of
+// the operation; completing or cancelling the operation clears the handle,
+// so it is released from every key at once (Kafka leaves it on its other keys
+// until a purge, which ran brokers out of memory in KAFKA-19389). The 8-byte
+// slots left behind are dropped when their key is next checked, and a key
+// left empty is removed then; or by Kafka's purge, which here also waits
+// until dead slots outnumber live ones, so that its cost is spread over at
+// least as many completions as slots it visits. WithMaxPending bounds the
+// operations parked at once (ErrFull beyond it).
 //
 // # Goroutines
 //

@@ -1,15 +1,18 @@
 // Package watchers keeps, for each key, the list of delayed operations
 // watching it, in a map split into shards with a lock each (512 by default,
-// as in Kafka). Package purgatory builds on it; most users need only that.
+// as in Kafka): Kafka's WatcherList array and its Watchers. It is internal:
+// package purgatory is its only user, and its lists hold lifecycle Handles.
 //
-// Lists hold an operation's operation.Handle rather than the operation.
-// Completing an operation clears its Handle, so it is released from every
-// key at once, without waiting for a purge and without taking any list's
-// lock (Kafka keeps completed operations on their other keys until a purge;
-// KAFKA-19389 ran brokers out of memory that way). What remains is an 8-byte
-// tombstone per key, dropped when the key is next checked or purged.
+// Lists hold an operation's lifecycle.Handle rather than the operation.
+// Completing or cancelling an operation clears its Handle, so it is
+// released from every key at once, without waiting for a purge and without
+// taking any list's lock (Kafka keeps completed operations on their other
+// keys until a purge; KAFKA-19389 ran brokers out of memory that way). What
+// remains is an 8-byte tombstone per key, dropped when the key is next
+// checked or purged; a key whose list empties is removed then, as Kafka's
+// removeKeyIfEmpty does.
 //
 // Lock order: an operation's lock, then a shard's lock. No user callback runs
 // under a shard lock: Check copies a key's operations out before calling
-// TryComplete, so a callback may call Check, Watch or Cancel on any key.
+// TryComplete, so a callback may call Check, Watch or Remove on any key.
 package watchers

@@ -1,6 +1,3 @@
-// Package watchers maps keys to the operations watching them: Kafka's
-// WatcherList array and its Watchers. It is internal: package purgatory is
-// its only user, and its lists hold lifecycle Handles.
 package watchers
 
 import (
