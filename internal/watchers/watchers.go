@@ -40,9 +40,19 @@ type shard[K comparable] struct {
 	// removed (Kafka's removeKeyIfEmpty): keys such as a member id or a
 	// request id are used once, and must not cost memory for ever.
 	lists map[uint64]*list[K]
-	n     int      // lists in the map, chains included
-	_     [40]byte // keep neighbouring shards' locks off one cache line
+	n     int // lists in the map, chains included
+	// free holds up to maxFree emptied lists, linked by next, each with its
+	// first chunk, for the next new key of this shard. A hot key that a
+	// check empties and the next request watches again then costs no
+	// allocation, while what is kept stays bounded whatever the churn of
+	// keys. Guarded by mu.
+	free  *list[K]
+	nfree int
+	_     [24]byte // keep neighbouring shards' locks off one cache line
 }
+
+// maxFree is how many emptied lists a shard keeps for reuse.
+const maxFree = 8
 
 // list holds one key's entries in chunks: chunks never move once
 // allocated, so a hot key with hundreds of thousands of entries grows
@@ -89,10 +99,33 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	if l := sh.getLocked(h, key); l != nil {
 		return l
 	}
-	l := &list[K]{key: key, next: sh.lists[h]}
+	l := sh.free
+	if l != nil {
+		sh.free, sh.nfree = l.next, sh.nfree-1
+		l.key, l.next = key, sh.lists[h]
+	} else {
+		l = &list[K]{key: key, next: sh.lists[h]}
+	}
 	sh.lists[h] = l
 	sh.n++
 	return l
+}
+
+// dropEmptyLocked removes key's list, which is empty, and keeps it for
+// reuse if the shard has room.
+func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
+	l := sh.removeLocked(h, key)
+	if l == nil || sh.nfree >= maxFree {
+		return
+	}
+	var zero K
+	l.key = zero // do not keep the user's key reachable
+	if len(l.chunks) > 1 {
+		clear(l.chunks[1:])
+		l.chunks = l.chunks[:1]
+	}
+	l.next, sh.free = sh.free, l
+	sh.nfree++
 }
 
 // removeLocked takes key's list out of the shard.
@@ -232,7 +265,7 @@ func (w *Watchers[K]) Check(key K) int {
 	ops := *bp
 	dropped := l.compactLocked(func(op *lifecycle.Op) { ops = append(ops, op) })
 	if l.n == 0 {
-		sh.removeLocked(hash, key)
+		sh.dropEmptyLocked(hash, key)
 	}
 	sh.mu.Unlock()
 	w.watched.Add(int64(-dropped))
@@ -255,7 +288,7 @@ func (w *Watchers[K]) Check(key K) int {
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
 			if dropped = l.compactLocked(nil); l.n == 0 {
-				sh.removeLocked(hash, key)
+				sh.dropEmptyLocked(hash, key)
 			}
 		}
 		sh.mu.Unlock()
@@ -307,7 +340,7 @@ func (w *Watchers[K]) Purge() int {
 			}
 		}
 		for _, l := range empty {
-			sh.removeLocked(maphash.Comparable(w.seed, l.key), l.key)
+			sh.dropEmptyLocked(maphash.Comparable(w.seed, l.key), l.key)
 		}
 		sh.mu.Unlock()
 	}

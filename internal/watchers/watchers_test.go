@@ -28,7 +28,7 @@ var tracker lifecycle.Tracker
 // park parks o as the purgatory does, counting its watches.
 func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &tracker)
+	h, ok := lifecycle.Park(lo, &tracker, 0)
 	if !ok || !lifecycle.AddWatches(lo, keys) {
 		panic("not parked")
 	}
