@@ -67,14 +67,17 @@ func Example() {
 	fmt.Println("completed by append:", p.CheckAndComplete(key))
 
 	mt.Advance(500 * time.Millisecond)
-	fmt.Printf("%+v\n", p.Stats())
+	st := p.Stats()
+	fmt.Printf("pending %d, completed early %d, expired %d\n", st.Pending, st.CompletedEarly, st.Expired)
+	fmt.Println("time in purgatory, expired:", st.TimeInPurgatory.Expired)
 	// Output:
 	// parked: 2
 	// fetch-1: answered with 150 bytes
 	// completed by append: 1
 	// fetch-2: answered with 150 bytes
 	// fetch-2: max wait passed
-	// {Pending:0 Watched:0 CompletedEarly:1 Expired:1 ContextDone:0 Shutdown:0 Cancelled:0 Purged:0 Full:0 Panics:0}
+	// pending 0, completed early 1, expired 1
+	// time in purgatory, expired: n=1 p50=503ms p99=503ms max<537ms
 }
 
 // Wiring CheckAndComplete to an event: the component that changes state

@@ -56,6 +56,7 @@ type config struct {
 	leavePending  bool
 	timerOpts     []timer.Option
 	maxPending    int
+	noTimes       bool // tests: no time-in-purgatory histograms
 }
 
 func (c *config) validate() error {

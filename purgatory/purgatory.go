@@ -27,8 +27,13 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
-	purged   atomic.Uint64
-	full     atomic.Uint64
+	// now reads the clock parks and completions are timed by: the timer's
+	// when it is one of package timer's, so that one reading per park
+	// serves for the time in purgatory and the deadline (addAt).
+	now    func() int64
+	addAt  func(task any, now int64) error // nil: use timer.Add
+	purged atomic.Uint64
+	full   atomic.Uint64
 
 	purgeInterval int64
 	// purgedAt is the number of completions (of any kind) and cancels at
@@ -63,6 +68,11 @@ type Stats struct {
 	Purged         uint64 // dead watch entries removed by the backstop purge
 	Full           uint64 // refused with ErrFull (WithMaxPending)
 	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
+
+	// TimeInPurgatory is how long operations were parked, by how they
+	// completed. It is measured on the purgatory's timer's clock (a
+	// MockTimer's, in tests) or, for other timers, the system's.
+	TimeInPurgatory TimeInPurgatory
 }
 
 // New returns a purgatory named name. Unless told otherwise it creates a
@@ -122,6 +132,15 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
+	if p.timer != nil {
+		p.now, p.addAt = tasklink.Clock(p.timer)
+	}
+	if p.now == nil {
+		p.now = systemNow
+	}
+	if !c.noTimes {
+		p.tracker.Now = p.now
+	}
 	if c.noReaper {
 		close(p.reaped)
 	} else {
@@ -174,8 +193,9 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return false, ErrFull
 	}
 
+	now := p.now()
 	l := lifecycle.LockForPark(o)
-	h, ok := lifecycle.Park(o, &p.tracker)
+	h, ok := lifecycle.Park(o, &p.tracker, now)
 	if !ok {
 		lifecycle.UnlockAfterPark(o, l)
 		p.tracker.Unreserve()
@@ -203,7 +223,13 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepUnlocked)
 	if p.timer != nil && !lifecycle.IsCompleted(o) {
-		if err := p.timer.Add(lifecycle.Task(o)); err != nil {
+		var err error
+		if p.addAt != nil {
+			err = p.addAt(lifecycle.Task(o), now)
+		} else {
+			err = p.timer.Add(lifecycle.Task(o))
+		}
+		if err != nil {
 			// The timer is closed: Shutdown is under way. Expire now
 			// rather than leave the operation without a timeout.
 			lifecycle.Expire(o, lifecycle.Shutdown)
@@ -275,17 +301,22 @@ func (p *Purgatory[K, T]) CancelForKey(key K) []T {
 // Stats returns the purgatory's counters.
 func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
+	var tip TimeInPurgatory
+	for k, h := range []*Histogram{&tip.Early, &tip.Expired, &tip.ContextDone, &tip.Shutdown} {
+		p.tracker.Times(lifecycle.Kind(k), &h.counts, &h.sum)
+	}
 	return Stats{
-		Pending:        int(max(c.Pending, 0)),
-		Watched:        int(max(c.Watched, 0)),
-		CompletedEarly: c.Done[lifecycle.Early],
-		Expired:        c.Done[lifecycle.Expired],
-		ContextDone:    c.Done[lifecycle.Context],
-		Shutdown:       c.Done[lifecycle.Shutdown],
-		Cancelled:      c.Cancelled,
-		Purged:         p.purged.Load(),
-		Full:           p.full.Load(),
-		Panics:         c.Panics,
+		TimeInPurgatory: tip,
+		Pending:         int(max(c.Pending, 0)),
+		Watched:         int(max(c.Watched, 0)),
+		CompletedEarly:  c.Done[lifecycle.Early],
+		Expired:         c.Done[lifecycle.Expired],
+		ContextDone:     c.Done[lifecycle.Context],
+		Shutdown:        c.Done[lifecycle.Shutdown],
+		Cancelled:       c.Cancelled,
+		Purged:          p.purged.Load(),
+		Full:            p.full.Load(),
+		Panics:          c.Panics,
 	}
 }
 
@@ -381,3 +412,9 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+var epoch = time.Now()
+
+// systemNow is the clock for purgatories whose timer is not one of package
+// timer's: monotonic nanoseconds.
+func systemNow() int64 { return int64(time.Since(epoch)) }

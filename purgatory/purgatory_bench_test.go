@@ -69,9 +69,9 @@ func watchAndComplete(b *testing.B, p *purgatory.Purgatory[tpKey, *benchOp], bas
 
 // newBenchPurgatory returns a purgatory with pending operations parked on
 // keys of their own, shut down (outside the timing) when the benchmark ends.
-func newBenchPurgatory(b *testing.B, pending int) *purgatory.Purgatory[tpKey, *benchOp] {
+func newBenchPurgatory(b *testing.B, pending int, opts ...purgatory.Option) *purgatory.Purgatory[tpKey, *benchOp] {
 	b.Helper()
-	p, err := purgatory.New[tpKey, *benchOp]("bench")
+	p, err := purgatory.New[tpKey, *benchOp]("bench", opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,6 +104,28 @@ func BenchmarkWatchAndComplete(b *testing.B) {
 					watchAndComplete(b, p, base, i)
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkTimeInPurgatory is what recording the time in purgatory costs
+// per operation parked and completed: the same work with the histograms on
+// and off, in the same run.
+func BenchmarkTimeInPurgatory(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		name := "times=on"
+		var opts []purgatory.Option
+		if !on {
+			name = "times=off"
+			opts = append(opts, purgatory.WithoutTimes())
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newBenchPurgatory(b, 100_000, opts...)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := int32(0); b.Loop(); i++ {
+				watchAndComplete(b, p, 0, i)
+			}
 		})
 	}
 }

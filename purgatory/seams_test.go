@@ -239,6 +239,8 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor) {
 	}
 	got := p.Stats()
 	got.Purged = 0
+	checkTimes(t, got)
+	got.TimeInPurgatory = purgatory.TimeInPurgatory{}
 	assert.Equal(t, stats, got, "Stats")
 	assert.Equal(t, 0, p.NumDelayed())
 	assert.Equal(t, 0, p.Watched())

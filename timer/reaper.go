@@ -86,3 +86,19 @@ func (r *Reaper) wake() {
 		w.wake()
 	}
 }
+
+// systemTimerOf returns the SystemTimer that t is or wraps, or nil.
+func systemTimerOf(t Timer) *SystemTimer {
+	for {
+		switch v := t.(type) {
+		case *SystemTimer:
+			return v
+		case *MockTimer:
+			return v.st
+		case *Reaper:
+			t = v.t
+		default:
+			return nil
+		}
+	}
+}

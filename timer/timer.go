@@ -129,8 +129,7 @@ func (t *SystemTimer) nowTick() int64 { return int64(t.now()) / t.tick }
 
 // deadlineTick returns the first tick that starts at or after now+delay: a
 // task due inside a tick waits for the end of that tick, so it is never early.
-func (t *SystemTimer) deadlineTick(delay time.Duration) int64 {
-	now := int64(t.now())
+func (t *SystemTimer) deadlineTick(delay time.Duration, now int64) int64 {
 	if delay <= 0 {
 		return now / t.tick
 	}
@@ -143,7 +142,11 @@ func (t *SystemTimer) deadlineTick(delay time.Duration) int64 {
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes.
-func (t *SystemTimer) Add(task Task) error {
+func (t *SystemTimer) Add(task Task) error { return t.addAt(task, int64(t.now())) }
+
+// addAt is Add with the clock already read: a purgatory reads it once per
+// park, for its own figures and for the deadline.
+func (t *SystemTimer) addAt(task Task, now int64) error {
 	if tasklink.IsNil(task) {
 		return ErrNilTask
 	}
@@ -158,7 +161,7 @@ func (t *SystemTimer) Add(task Task) error {
 	if e.owner == nil {
 		e.owner = task
 	}
-	e.expire = t.deadlineTick(e.delay)
+	e.expire = t.deadlineTick(e.delay, now)
 	due := e.delay <= 0
 	for {
 		e.unlink() // a pending task moves: take it out of its old bucket

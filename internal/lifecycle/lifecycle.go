@@ -131,7 +131,8 @@ func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 // on the lists until they are next compacted. A new Handle is made for
 // each park.
 type Handle struct {
-	op atomic.Pointer[Op] // nil once the operation has completed or been cancelled
+	op     atomic.Pointer[Op] // nil once the operation has completed or been cancelled
+	parked int64              // clock reading at park (Tracker.Now), for the time in purgatory
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
@@ -242,6 +243,9 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		st.pending.Add(-1)
 		st.done[k].Add(1)
 		t.release()
+		if t.Now != nil {
+			t.times(o)[k].Record(t.Now() - o.h.Load().parked)
+		}
 	}
 	o.release()
 	o.call(t, Callbacks.OnComplete, "OnComplete")
@@ -301,7 +305,8 @@ func finish(o *Op, k Kind) bool {
 func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
-// returns the Handle its watch lists are to hold. It fails if the operation
+// returns the Handle its watch lists are to hold; now is the Tracker's
+// clock reading, from which the time in purgatory is measured. It fails if the operation
 // is already parked, completed or cancelled. The caller holds the lock
 // (Lock), so two Parks of one operation cannot interleave.
 //
@@ -310,7 +315,7 @@ func Expire(o *Op, k Kind) bool { return finish(o, k) }
 // unparked operation (Park then fails) or sees both (and uncounts the
 // park). Pending is raised before the swap and lowered again if it fails,
 // so that it never dips below zero.
-func Park(o *Op, t *Tracker) (*Handle, bool) {
+func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	w := o.word()
 	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
 		return nil, false
@@ -323,6 +328,7 @@ func Park(o *Op, t *Tracker) (*Handle, bool) {
 		h = &Handle{}
 	}
 	h.op.Store(o)
+	h.parked = now
 	o.t.Store(t)
 	o.h.Store(h)
 	st := t.stripe(o)

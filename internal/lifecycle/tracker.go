@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/purgatory-go/purgatory/internal/hist"
 )
 
 // Tracker counts what a purgatory's operations report. The counters are
@@ -22,6 +24,26 @@ type Tracker struct {
 	// the shared counter.
 	MaxPending int64
 	reserved   atomic.Int64
+
+	// Now, if set, reads the clock that Park's now came from; completions
+	// of parked operations then record their time in purgatory, by Kind.
+	// Set it before the Tracker is used.
+	Now func() int64
+	// hists are striped like the counters, fewer: each is about 1 KiB.
+	hists [histStripes][4]hist.Counters
+}
+
+const histStripes = 8
+
+func (t *Tracker) times(o *Op) *[4]hist.Counters {
+	return &t.hists[(uintptr(unsafe.Pointer(o))>>7)%histStripes]
+}
+
+// Times adds up the time in purgatory recorded for kind k.
+func (t *Tracker) Times(k Kind, counts *[hist.Buckets]uint64, sum *int64) {
+	for i := range t.hists {
+		t.hists[i][k].AddTo(counts, sum)
+	}
 }
 
 const trackerStripes = 16

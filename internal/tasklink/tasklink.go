@@ -26,6 +26,13 @@ const (
 // at the timer.TaskBase. Set once, by package lifecycle's init.
 var Run func(p unsafe.Pointer)
 
+// Clock returns, for a timer of package timer (or one it wraps), a
+// function that reads the timer's clock and an Add that takes that reading
+// instead of reading the clock again; nil for any other timer. Set by
+// package timer's init. A purgatory calls it once, at New: it reads the
+// clock once per park, for the time in purgatory and the deadline both.
+var Clock func(t any) (now func() int64, addAt func(task any, now int64) error)
+
 // IsNil reports whether v is nil or holds a nil pointer. A typed nil in an
 // interface passes a v == nil check and panics on its first method call.
 func IsNil(v any) bool {

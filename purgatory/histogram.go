@@ -1,0 +1,142 @@
+package purgatory
+
+import (
+	"fmt"
+	"iter"
+	"math"
+	"time"
+
+	"github.com/purgatory-go/purgatory/internal/hist"
+)
+
+// Histogram is a snapshot of how long operations stayed in a purgatory,
+// in fixed log-scale buckets: one below 1µs, then four per power of two up
+// to about 4.9 hours, and one above. A bucket is at most 25% wider than its
+// lower bound, and a quantile read off the histogram lies in the same bucket
+// as the true one. Histograms of any purgatories merge by adding counts.
+// The zero value is empty.
+type Histogram struct {
+	counts [hist.Buckets]uint64
+	sum    int64 // nanoseconds
+}
+
+// Count returns the number of durations recorded.
+func (h *Histogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.counts {
+		n += c
+	}
+	return n
+}
+
+// Sum returns the total of the durations recorded.
+func (h *Histogram) Sum() time.Duration { return time.Duration(h.sum) }
+
+// Mean returns the average duration, or zero when h is empty.
+func (h *Histogram) Mean() time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(h.sum / int64(n))
+}
+
+// Quantile returns an estimate of the q-quantile (0 <= q <= 1) of the
+// durations recorded: in the bucket holding it, where the bucket's count
+// is taken as spread evenly (a lone duration reads as the bucket's middle).
+// It returns zero for an empty histogram.
+func (h *Histogram) Quantile(q float64) time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	q = min(max(q, 0), 1)
+	rank := max(math.Ceil(q*float64(n)), 1) // the rank-th smallest, from 1
+	var seen float64
+	for i, c := range h.counts {
+		if c == 0 {
+			continue
+		}
+		if seen+float64(c) >= rank {
+			lo, hi := hist.Bounds(i)
+			if i == hist.Buckets-1 {
+				return lo // unbounded: the lower bound is all we know
+			}
+			frac := (rank - seen - 0.5) / float64(c)
+			return lo + time.Duration(frac*float64(hi-lo))
+		}
+		seen += float64(c)
+	}
+	return 0 // not reached
+}
+
+// Merge adds o's counts to h.
+func (h *Histogram) Merge(o *Histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.sum += o.sum
+}
+
+// Buckets yields each bucket's upper bound and the number of durations in
+// it, in increasing order; the last bucket's bound is math.MaxInt64. It is
+// for exporting to other metrics systems (contrib/prometheus uses it).
+func (h *Histogram) Buckets() iter.Seq2[time.Duration, uint64] {
+	return func(yield func(time.Duration, uint64) bool) {
+		for i, c := range h.counts {
+			if _, hi := hist.Bounds(i); !yield(hi, c) {
+				return
+			}
+		}
+	}
+}
+
+// String summarises h: count, median, 99th percentile and maximum bucket.
+func (h Histogram) String() string {
+	n := h.Count()
+	if n == 0 {
+		return "n=0"
+	}
+	return fmt.Sprintf("n=%d p50=%v p99=%v max<%v", n, round(h.Quantile(0.5)),
+		round(h.Quantile(0.99)), round(h.maxBound()))
+}
+
+func (h *Histogram) maxBound() time.Duration {
+	for i := len(h.counts) - 1; i >= 0; i-- {
+		if h.counts[i] > 0 {
+			_, hi := hist.Bounds(i)
+			return hi
+		}
+	}
+	return 0
+}
+
+// round keeps three significant figures, for printing.
+func round(d time.Duration) time.Duration {
+	for u := time.Duration(1); u < time.Hour; u *= 10 {
+		if d < 1000*u {
+			return d.Round(u)
+		}
+	}
+	return d.Round(time.Second)
+}
+
+// TimeInPurgatory holds how long operations were parked before they
+// completed, from TryCompleteElseWatch to the completion, one histogram for
+// each way of completing. Operations completed by TryCompleteElseWatch's own
+// TryComplete count in Early with the time that call took.
+type TimeInPurgatory struct {
+	Early       Histogram // completed by TryComplete or ForceComplete
+	Expired     Histogram // by their timeout
+	ContextDone Histogram // by their context
+	Shutdown    Histogram // by Shutdown
+}
+
+// All returns the four histograms merged.
+func (t *TimeInPurgatory) All() Histogram {
+	var h Histogram
+	for _, x := range []*Histogram{&t.Early, &t.Expired, &t.ContextDone, &t.Shutdown} {
+		h.Merge(x)
+	}
+	return h
+}

@@ -1,0 +1,127 @@
+package purgatory_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/timer"
+)
+
+// The time in purgatory of operations on a MockTimer is exact: parked at
+// known times, completed at known times, each way counted apart.
+func TestTimeInPurgatory(t *testing.T) {
+	p, mt := newMockPurgatory(t)
+	early := newOp(time.Second)
+	expired := newOp(200 * time.Millisecond)
+	mustPark(t, p, early, "a")
+	mustPark(t, p, expired, "b")
+	mt.Advance(30 * time.Millisecond)
+	early.Ready.Store(true)
+	require.Equal(t, 1, p.CheckAndComplete("a"))
+	mt.Advance(170 * time.Millisecond)
+	require.Equal(t, int32(1), expired.Expiries.Load())
+	left := newOp(time.Hour)
+	mustPark(t, p, left, "c")
+	mt.Advance(5 * time.Second)
+	require.NoError(t, p.Shutdown(context.Background()))
+
+	tip := p.Stats().TimeInPurgatory
+	assert.Equal(t, uint64(1), tip.Early.Count())
+	assert.Equal(t, 30*time.Millisecond, tip.Early.Sum())
+	assertInBucketOf(t, 30*time.Millisecond, tip.Early.Quantile(0.5))
+	assert.Equal(t, 200*time.Millisecond, tip.Expired.Sum())
+	assertInBucketOf(t, 200*time.Millisecond, tip.Expired.Quantile(0.99))
+	assert.Equal(t, 5*time.Second, tip.Shutdown.Sum())
+	assert.Equal(t, uint64(0), tip.ContextDone.Count())
+	all := tip.All()
+	assert.Equal(t, uint64(3), all.Count())
+	assert.Equal(t, 5230*time.Millisecond, all.Sum())
+}
+
+// assertInBucketOf checks that got lies within 25% above want's bucket
+// floor: the histogram's promise.
+func assertInBucketOf(t *testing.T, want, got time.Duration) {
+	t.Helper()
+	assert.InEpsilon(t, float64(want), float64(got), 0.25, "want about %v, got %v", want, got)
+}
+
+// Quantiles against the sorted durations, for several distributions, and
+// Merge against recording everything in one histogram.
+func TestHistogramQuantiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	dists := map[string]func() time.Duration{
+		"uniform-ms":  func() time.Duration { return time.Duration(r.Int64N(int64(time.Second))) },
+		"exp-us":      func() time.Duration { return time.Duration(r.ExpFloat64() * 50e3) },
+		"log-uniform": func() time.Duration { return time.Duration(1 << (10 + r.IntN(30))) },
+	}
+	for name, gen := range dists {
+		t.Run(name, func(t *testing.T) {
+			// Record through a purgatory on a mock clock: park at 0,
+			// complete each at its duration.
+			p, mt := newMockPurgatory(t)
+			ds := make([]time.Duration, 2000)
+			for i := range ds {
+				ds[i] = gen().Round(time.Microsecond) + time.Microsecond
+			}
+			slices.Sort(ds)
+			ops := make([]*mockOp, len(ds))
+			for i := range ops {
+				ops[i] = newOp(time.Hour)
+				mustPark(t, p, ops[i], "k")
+			}
+			var at time.Duration
+			for i, d := range ds {
+				mt.Advance(d - at)
+				at = d
+				ops[i].ForceComplete()
+			}
+			h := p.Stats().TimeInPurgatory.Early
+			require.Equal(t, uint64(len(ds)), h.Count())
+			for _, q := range []float64{0.01, 0.1, 0.5, 0.9, 0.99, 1} {
+				want := ds[max(int(q*float64(len(ds)))-1, 0)]
+				got := h.Quantile(q)
+				assert.InEpsilon(t, float64(want), float64(got), 0.25, "q=%v: want %v, got %v", q, want, got)
+			}
+			var halves purgatory.Histogram
+			half := p.Stats().TimeInPurgatory.Early
+			halves.Merge(&half)
+			halves.Merge(&half)
+			assert.Equal(t, 2*h.Count(), halves.Count())
+			assert.Equal(t, 2*h.Sum(), halves.Sum())
+			assert.InEpsilon(t, float64(h.Quantile(0.5)), float64(halves.Quantile(0.5)), 0.05)
+		})
+	}
+	var empty purgatory.Histogram
+	assert.Equal(t, time.Duration(0), empty.Quantile(0.5))
+	assert.Equal(t, "n=0", empty.String())
+}
+
+// Recording allocates nothing beyond what parking did before: one
+// operation parked and completed costs the same allocations with the
+// time recorded or not.
+func TestTimesAllocateNothing(t *testing.T) {
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+	q, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(timer.NewMockTimer()),
+		purgatory.WithoutReaper(), purgatory.WithoutTimes())
+	require.NoError(t, err)
+	defer q.Shutdown(context.Background())
+	park := func(p *pg) func() {
+		return func() {
+			o := newOp(time.Second)
+			_, _ = p.TryCompleteElseWatch(o, "k")
+			o.Ready.Store(true)
+			p.CheckAndComplete("k")
+		}
+	}
+	assert.Equal(t, testing.AllocsPerRun(1000, park(q)), testing.AllocsPerRun(1000, park(p)))
+}
