@@ -99,3 +99,30 @@ func TestKeysPrint(t *testing.T) {
 func TestBaseIs80Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
 }
+
+// NewFunc: ready under the lock completes it early; a timeout reaches
+// answer as ErrExpired; answer runs once.
+func TestNewFunc(t *testing.T) {
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[string, *operation.Func]("func", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+	var ready atomic.Bool
+	var causes []error
+	answer := func(cause error) { causes = append(causes, cause) }
+	a := operation.NewFunc(time.Second, ready.Load, answer)
+	b := operation.NewFunc(time.Second, nil, answer)
+	for _, op := range []*operation.Func{a, b} {
+		done, err := p.TryCompleteElseWatch(op, "k")
+		require.NoError(t, err)
+		require.False(t, done)
+	}
+	ready.Store(true)
+	assert.Equal(t, 1, p.CheckAndComplete("k"), "a nil ready never completes it")
+	mt.Advance(time.Second)
+	assert.Equal(t, []error{nil, operation.ErrExpired}, causes)
+	assert.True(t, b.IsExpired())
+	assert.PanicsWithValue(t, "operation: NewFunc needs an answer function", func() {
+		operation.NewFunc(time.Second, nil, nil)
+	})
+}

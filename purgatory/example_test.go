@@ -2,6 +2,9 @@ package purgatory_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"expvar"
 	"fmt"
 	"time"
 
@@ -17,6 +20,7 @@ type delayedFetch struct {
 	log      *partitionLog
 	offset   int
 	minBytes int
+	quiet    bool // print nothing
 }
 
 type partitionLog struct{ bytes int }
@@ -36,10 +40,17 @@ func (f *delayedFetch) TryComplete() bool {
 }
 
 func (f *delayedFetch) OnComplete() {
+	if f.quiet {
+		return
+	}
 	fmt.Printf("%s: answered with %d bytes\n", f.name, f.log.bytes-f.offset)
 }
 
-func (f *delayedFetch) OnExpiration() { fmt.Printf("%s: max wait passed\n", f.name) }
+func (f *delayedFetch) OnExpiration() {
+	if !f.quiet {
+		fmt.Printf("%s: max wait passed\n", f.name)
+	}
+}
 
 // Writing an operation, parking it, and completing it from an event.
 func Example() {
@@ -102,4 +113,126 @@ func ExamplePurgatory_CheckAndComplete() {
 	// Output:
 	// fetch: answered with 10 bytes
 	// pending: 0
+}
+
+// CancelForKey takes every operation watching a key out of the purgatory,
+// uncompleted, for the caller to answer: here a partition that moved away.
+func ExamplePurgatory_CancelForKey() {
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(timer.NewMockTimer()), purgatory.WithoutReaper())
+	defer p.Shutdown(context.Background())
+
+	log := &partitionLog{}
+	a := newDelayedFetch("fetch-a", log, 0, 100, time.Second)
+	b := newDelayedFetch("fetch-b", log, 0, 100, time.Second)
+	_, _ = p.TryCompleteElseWatch(a, "orders-0", "orders-1")
+	_, _ = p.TryCompleteElseWatch(b, "orders-1")
+
+	for _, f := range p.CancelForKey("orders-0") {
+		fmt.Println("cancelled:", f.name, "completed:", f.IsCompleted())
+	}
+	fmt.Println("still pending:", p.NumDelayed(), "watch entries:", p.Watched())
+	// Output:
+	// cancelled: fetch-a completed: false
+	// still pending: 1 watch entries: 1
+	// fetch-b: answered with 0 bytes
+	// fetch-b: max wait passed
+}
+
+// WithMaxPending bounds the requests parked at once; past it,
+// TryCompleteElseWatch refuses with ErrFull and the caller answers "busy".
+func ExampleWithMaxPending() {
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithMaxPending(2),
+		purgatory.WithTimer(timer.NewMockTimer()), purgatory.WithoutReaper())
+	defer p.Shutdown(context.Background())
+
+	log := &partitionLog{}
+	for i := range 3 {
+		f := newDelayedFetch(fmt.Sprint("fetch-", i), log, 0, 100, time.Second)
+		if _, err := p.TryCompleteElseWatch(f, "orders-0"); errors.Is(err, purgatory.ErrFull) {
+			fmt.Println(f.name, "refused: busy")
+		}
+	}
+	fmt.Println("pending:", p.NumDelayed(), "refused:", p.Stats().Full)
+	// Output:
+	// fetch-2 refused: busy
+	// pending: 2 refused: 1
+	// fetch-0: answered with 0 bytes
+	// fetch-0: max wait passed
+	// fetch-1: answered with 0 bytes
+	// fetch-1: max wait passed
+}
+
+// Testing an operation of your own: a MockTimer moves time only when the
+// test says so, and expiries run on the test's goroutine, so a timeout is
+// checked to the nanosecond.
+func Example_testingWithMockTimer() {
+	mt := timer.NewMockTimer()
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	defer p.Shutdown(context.Background())
+
+	f := newDelayedFetch("fetch", &partitionLog{}, 0, 100, 250*time.Millisecond)
+	_, _ = p.TryCompleteElseWatch(f, "orders-0")
+	mt.Advance(249 * time.Millisecond)
+	fmt.Println("at 249ms completed:", f.IsCompleted())
+	mt.Advance(time.Millisecond)
+	fmt.Println("at 250ms expired:", f.IsExpired())
+	// Output:
+	// at 249ms completed: false
+	// fetch: answered with 0 bytes
+	// fetch: max wait passed
+	// at 250ms expired: true
+}
+
+// Expvar publishes the purgatory's Stats at /debug/vars, with the time in
+// purgatory as summaries in nanoseconds.
+func ExamplePurgatory_Expvar() {
+	mt := timer.NewMockTimer()
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	defer p.Shutdown(context.Background())
+	expvar.Publish("example.purgatory.fetch", p.Expvar())
+
+	_, _ = p.TryCompleteElseWatch(newDelayedFetch("fetch", &partitionLog{}, 0, 100, time.Second), "orders-0")
+	mt.Advance(time.Second)
+
+	var st struct {
+		Expired         int
+		TimeInPurgatory struct {
+			Expired struct {
+				Count int   `json:"count"`
+				Sum   int64 `json:"sum_ns"`
+			}
+		}
+	}
+	_ = json.Unmarshal([]byte(expvar.Get("example.purgatory.fetch").String()), &st)
+	fmt.Println("expired:", st.Expired, "timed:", st.TimeInPurgatory.Expired.Count,
+		"total:", time.Duration(st.TimeInPurgatory.Expired.Sum))
+	// Output:
+	// fetch: answered with 0 bytes
+	// fetch: max wait passed
+	// expired: 1 timed: 1 total: 1s
+}
+
+// Quantiles of the time in purgatory, for a dashboard or a log line.
+func ExampleHistogram_Quantile() {
+	mt := timer.NewMockTimer()
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	defer p.Shutdown(context.Background())
+
+	log := &partitionLog{}
+	for i := range 100 {
+		f := newDelayedFetch("", log, 0, 1, time.Hour)
+		f.quiet = true
+		_, _ = p.TryCompleteElseWatch(f, fmt.Sprint(i))
+	}
+	log.bytes = 1
+	for i := range 100 { // one completes each millisecond
+		mt.Advance(time.Millisecond)
+		p.CheckAndComplete(fmt.Sprint(i))
+	}
+	h := p.Stats().TimeInPurgatory.Early
+	fmt.Println("count:", h.Count(), "mean:", h.Mean())
+	fmt.Println("p50 within a bucket of 50ms:", h.Quantile(0.5) >= 50*time.Millisecond*3/4 && h.Quantile(0.5) <= 50*time.Millisecond*5/4)
+	// Output:
+	// count: 100 mean: 50.5ms
+	// p50 within a bucket of 50ms: true
 }

@@ -1,6 +1,7 @@
 package purgatory
 
 import (
+	"encoding/json"
 	"fmt"
 	"iter"
 	"math"
@@ -139,4 +140,21 @@ func (t *TimeInPurgatory) All() Histogram {
 		h.Merge(x)
 	}
 	return h
+}
+
+// MarshalJSON writes a summary of h, in nanoseconds: count, sum, mean, the
+// 50th, 90th, 99th and 99.9th percentiles, and the upper bound of the
+// highest non-empty bucket. It is what Expvar shows.
+func (h Histogram) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Count uint64 `json:"count"`
+		Sum   int64  `json:"sum_ns"`
+		Mean  int64  `json:"mean_ns"`
+		P50   int64  `json:"p50_ns"`
+		P90   int64  `json:"p90_ns"`
+		P99   int64  `json:"p99_ns"`
+		P999  int64  `json:"p999_ns"`
+		Max   int64  `json:"max_below_ns"`
+	}{h.Count(), h.sum, int64(h.Mean()), int64(h.Quantile(0.5)), int64(h.Quantile(0.9)),
+		int64(h.Quantile(0.99)), int64(h.Quantile(0.999)), int64(h.maxBound())})
 }

@@ -3,6 +3,7 @@ package purgatory
 import (
 	"context"
 	"errors"
+	"expvar"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -318,6 +319,15 @@ func (p *Purgatory[K, T]) Stats() Stats {
 		Full:            p.full.Load(),
 		Panics:          c.Panics,
 	}
+}
+
+// Expvar returns the purgatory's Stats as an expvar.Var, read at each
+// request of /debug/vars (the time histograms as summaries; see
+// Histogram.MarshalJSON):
+//
+//	expvar.Publish("purgatory.produce", produce.Expvar())
+func (p *Purgatory[K, T]) Expvar() expvar.Var {
+	return expvar.Func(func() any { return p.Stats() })
 }
 
 // AdvanceClock advances the timer, waiting up to timeout for a due bucket,

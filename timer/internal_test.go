@@ -325,6 +325,16 @@ func TestHugeDelaySaturates(t *testing.T) {
 	assert.Equal(t, 0, st.Size())
 }
 
+// A bucket is the 552 bytes WithWheelSize's documentation promises.
+func TestBucketSizeAsDocumented(t *testing.T) {
+	assert.Equal(t, uintptr(552), unsafe.Sizeof(bucket{}))
+	_, err := NewSystemTimer("big", WithWheelSize(MaxWheelSize+1))
+	assert.ErrorIs(t, err, ErrInvalidWheelSize)
+	st, err := NewSystemTimer("max", WithWheelSize(MaxWheelSize))
+	assert.NoError(t, err)
+	st.Close()
+}
+
 // TaskBase stays at 64 bytes: one size class, and the heap target.
 func TestTaskBaseIs64Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(64), unsafe.Sizeof(TaskBase{}))

@@ -16,9 +16,9 @@ var (
 	// ErrInvalidTick is returned by NewSystemTimer for a tick <= 0.
 	ErrInvalidTick = errors.New("timer: tick must be positive")
 	// ErrInvalidWheelSize is returned by NewSystemTimer for a wheel size
-	// below 2: with one bucket a level would overflow into a level with the
-	// same tick, for ever.
-	ErrInvalidWheelSize = errors.New("timer: wheel size must be at least 2")
+	// below 2 (with one bucket a level would overflow into a level with the
+	// same tick, for ever) or above MaxWheelSize.
+	ErrInvalidWheelSize = errors.New("timer: wheel size must be from 2 to MaxWheelSize")
 	// ErrInvalidExecutors is returned by NewSystemTimer for a negative
 	// number of executor goroutines.
 	ErrInvalidExecutors = errors.New("timer: executors must not be negative")
@@ -65,7 +65,7 @@ func (c *config) validate() error {
 	switch {
 	case c.tick <= 0:
 		return ErrInvalidTick
-	case c.wheelSize < 2:
+	case c.wheelSize < 2 || c.wheelSize > MaxWheelSize:
 		return ErrInvalidWheelSize
 	case c.executors < 0:
 		return ErrInvalidExecutors
@@ -84,12 +84,20 @@ func WithTick(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.tick = d })
 }
 
-// WithWheelSize sets the number of buckets per wheel level. A larger wheel
-// means fewer levels (less cascading for long delays) at the cost of memory
-// per level (80 bytes per bucket). The default is 20, as in Kafka.
+// WithWheelSize sets n, the wheel size: each level spans n of its own ticks
+// ahead, and the next level's tick is n of this one's. A larger wheel means
+// fewer levels (less cascading for long delays) at the cost of memory: a
+// level holds 2n buckets (it overlaps the next level by one span, see
+// package doc) of 552 bytes each, so 22 KiB a level for the default n = 20
+// (Kafka's), and levels are created as delays need them. NewSystemTimer
+// allocates the finest level at once; n must be from 2 to MaxWheelSize,
+// whose levels take 4.5 MiB each.
 func WithWheelSize(n int) Option {
 	return optionFunc(func(c *config) { c.wheelSize = n })
 }
+
+// MaxWheelSize is the largest wheel size WithWheelSize accepts.
+const MaxWheelSize = 4096
 
 // WithClock sets the clock deadlines are read from and waited on. The default
 // is [SystemClock]. A [MockClock] makes the timer deterministic in tests.

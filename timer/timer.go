@@ -374,7 +374,8 @@ func (t *SystemTimer) Size() int {
 	return int(max(n, 0))
 }
 
-// Stats is a snapshot of a timer's counters.
+// Stats are a timer's counters, each read atomically; Pending sums the
+// buckets' counts while tasks may move, so the set is not one snapshot.
 type Stats struct {
 	Pending int    // tasks waiting in the wheels, as Size
 	Fired   uint64 // tasks handed to the executor (or run inline) so far
