@@ -269,6 +269,11 @@ func (b *Broker) replicate(p *partition, f *follower) {
 			case <-time.After(lag):
 			}
 		}
+		// A follower stopped meanwhile drops what it fetched: once
+		// SetFollower returns, it takes in nothing appended after that.
+		if f.stopped.Load() {
+			continue
+		}
 		b.followerFetched(p, f, target, fetchedAt)
 	}
 }

@@ -198,10 +198,12 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 	}
 
 	<-ctx.Done()
-	// Requests still parked are answered by the broker's shutdown (their
-	// timeouts fire now), then every goroutine above has its answer.
-	closeErr := b.Close(context.Background())
+	// No new requests now; the ones in flight finish on their own (within
+	// the produce timeout or the max wait), so that every expiry counted is
+	// a real timeout. Closing the broker first would expire them early, at
+	// shutdown, and mix those into the figures.
 	wg.Wait()
+	closeErr := b.Close(context.Background())
 	close(done)
 	pwg.Wait()
 	st := b.Stats()
