@@ -119,11 +119,15 @@ func serve(c ScenarioConfig, listenAddr, kafkaAddr, advertise string, maxRequest
 
 func printKcatHelp(w io.Writer, addr string, c ScenarioConfig) {
 	t := c.Topics[0]
-	fmt.Fprintf(w, "kafka: serving %s x %d partitions on %s. Try:\n", strings.Join(c.Topics, ","), c.Partitions, addr)
-	fmt.Fprintf(w, "  kcat -b %s -L                                       # metadata: leaders, replicas, ISR\n", addr)
-	fmt.Fprintf(w, "  echo hello | kcat -b %s -P -t %s -p 1 -X acks=all   # answered once both followers have it\n", addr, t)
-	fmt.Fprintf(w, "  echo slow | kcat -b %s -P -t %s -p 0 -X acks=all    # partition 0's follower 1 lags %v\n", addr, t, c.SlowLag)
-	fmt.Fprintf(w, "  kcat -b %s -C -t %s -p 1 -o beginning -X fetch.wait.max.ms=5000   # a long-polling consumer\n", addr, t)
+	fmt.Fprintf(w, "kafka: serving %s x %d partitions on %s. Try, in another terminal:\n", strings.Join(c.Topics, ","), c.Partitions, addr)
+	fmt.Fprintf(w, "  # metadata: the leader, replicas and in-sync replicas of each partition\n")
+	fmt.Fprintf(w, "  kcat -b %s -L\n", addr)
+	fmt.Fprintf(w, "  # acks=all: answered once both followers have the record, a few ms\n")
+	fmt.Fprintf(w, "  echo hello | kcat -b %s -P -t %s -p 1 -X acks=all\n", addr, t)
+	fmt.Fprintf(w, "  # the same to partition 0, whose follower 1 lags %v\n", c.SlowLag)
+	fmt.Fprintf(w, "  echo slow | kcat -b %s -P -t %s -p 0 -X acks=all\n", addr, t)
+	fmt.Fprintf(w, "  # a consumer long-polling (5 s per fetch), printing each record as it is produced\n")
+	fmt.Fprintf(w, "  kcat -b %s -C -t %s -p 1 -o beginning -X fetch.wait.max.ms=5000\n", addr, t)
 }
 
 // statusLoop shows statusLine every second: redrawn in place on a terminal,
