@@ -53,8 +53,9 @@ type KafkaConfig struct {
 	// MaxRequestBytes is the largest request accepted; a client announcing
 	// a larger one is disconnected [100 MiB, socket.request.max.bytes].
 	MaxRequestBytes int
-	// IdleTimeout closes a connection that sends nothing for this long
-	// while none of its requests is waiting [10m, connections.max.idle.ms].
+	// IdleTimeout closes a connection that sends no request for this
+	// long; answers it is still owed are written first
+	// [10m, connections.max.idle.ms].
 	IdleTimeout time.Duration
 	// ReadTimeout bounds the reading of one request once its size has
 	// arrived, and WriteTimeout the writing of one response [30s each].
