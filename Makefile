@@ -1,21 +1,27 @@
 # purgatory-go: every target installs what it needs through the Go module proxy.
+# Two modules: the library (.) and examples/, which has its own go.mod so that
+# what the examples need (franz-go) stays out of the library's dependencies.
+# Targets that build, vet, test or lint run in both.
 GO        ?= go
 PKGS      := ./...
+MODULES   := . examples
+# each runs a command in every module, stopping at the first failure.
+each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); done
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-expiry perf demo tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-expiry perf demo broker tidy-check clean
 
 all: lint build test
 
 deps:
-	$(GO) mod download
+	@$(call each,$(GO) mod download)
 
 build: deps
-	$(GO) build $(PKGS)
+	@$(call each,$(GO) build $(PKGS))
 
 vet: deps
-	$(GO) vet $(PKGS)
+	@$(call each,$(GO) vet $(PKGS))
 
 # test: vet, then every test under the race detector. Each package's TestMain
 # runs goleak, so a leaked goroutine fails the run. The race detector slows
@@ -23,7 +29,7 @@ vet: deps
 # then once more at full size (a million operations) without it.
 STORMS := TestLifecycleStorm|TestKeyChurnReleasesKeys|TestParkRacingForceComplete
 test: vet
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@$(call each,$(GO) test -race -count=1 -timeout 15m $(PKGS))
 	$(GO) test -count=1 -timeout 10m -run '^($(STORMS))$$' ./purgatory
 
 # lint: formatting, vet, go.mod drift, and staticcheck (fetched through the
@@ -31,13 +37,14 @@ test: vet
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet tidy-check
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) run $(STATICCHECK) $(PKGS)
+	@$(call each,$(GO) run $(STATICCHECK) $(PKGS))
 
+# tidy-check fails when go mod tidy would change a module's go.mod or go.sum,
+# and leaves them as they were.
 tidy-check:
-	@cp go.mod /tmp/purgatory.go.mod.bak; cp go.sum /tmp/purgatory.go.sum.bak
-	@$(GO) mod tidy
-	@if ! git diff --quiet -- go.mod go.sum; then echo "go.mod/go.sum drift: run go mod tidy"; \
-		cp /tmp/purgatory.go.mod.bak go.mod; cp /tmp/purgatory.go.sum.bak go.sum; exit 1; fi
+	@$(call each,cp go.mod go.mod.bak && cp go.sum go.sum.bak && $(GO) mod tidy && \
+		if cmp -s go.mod go.mod.bak && cmp -s go.sum go.sum.bak; then rm go.mod.bak go.sum.bak; \
+		else echo "go.mod/go.sum drift in $$m: run go mod tidy there"; mv go.mod.bak go.mod; mv go.sum.bak go.sum; exit 1; fi)
 
 # fuzz: a bounded run of each fuzz target.
 fuzz: deps
@@ -45,7 +52,7 @@ fuzz: deps
 
 # bench: micro-benchmarks, then the whole-round benchmarks (one round each).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -skip 'Expiry|HeapPer' $(PKGS)
+	@$(call each,$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -skip 'Expiry|HeapPer' $(PKGS))
 	$(MAKE) bench-expiry
 
 # Whole-round benchmarks run one implementation per process: a round leaves
@@ -63,7 +70,13 @@ perf: deps
 	bash examples/purgatory_perf/runs.sh 3
 
 demo: deps
-	$(GO) run ./examples/produce_fetch
+	cd examples && $(GO) run ./produce_fetch
+
+# broker: the example broker speaking Kafka's protocol on 127.0.0.1:9092,
+# with the demo's topics, until Ctrl-C. It prints kcat commands to try.
+BROKER_ADDR ?= 127.0.0.1:9092
+broker: deps
+	cd examples && $(GO) run ./produce_fetch -kafka $(BROKER_ADDR)
 
 clean:
 	$(GO) clean -testcache

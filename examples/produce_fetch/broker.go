@@ -5,39 +5,52 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-// Kafka's error codes, as they appear in responses.
-const (
-	errNone              = "NONE"
-	errRequestTimedOut   = "REQUEST_TIMED_OUT"
-	errNotLeader         = "NOT_LEADER_OR_FOLLOWER"
-	errUnknownPartition  = "UNKNOWN_TOPIC_OR_PARTITION"
-	errOffsetOutOfRange  = "OFFSET_OUT_OF_RANGE"
-	errInvalidRequest    = "INVALID_REQUEST"
-	errBrokerShuttingDwn = "BROKER_NOT_AVAILABLE"
+// Kafka's error codes, as kerr has them; nil is NONE.
+var (
+	errRequestTimedOut  = kerr.RequestTimedOut
+	errNotLeader        = kerr.NotLeaderForPartition
+	errUnknownPartition = kerr.UnknownTopicOrPartition
+	errOffsetOutOfRange = kerr.OffsetOutOfRange
+	errBrokerClosing    = kerr.BrokerNotAvailable
 )
+
+// errName is a Kafka error code's name, as the HTTP mode writes it.
+func errName(e *kerr.Error) string {
+	switch e {
+	case nil:
+		return "NONE"
+	case kerr.NotLeaderForPartition:
+		return "NOT_LEADER_OR_FOLLOWER" // Kafka's name since 2.7
+	}
+	return e.Message
+}
 
 type tpKey = operation.TopicPartitionKey
 
-// partition is the leader's view of one topic-partition: its log, the
-// offsets its followers have fetched up to, and the high watermark, the
+// partition is the leader's view of one topic-partition: its log, its
+// followers and which of them are in sync, and the high watermark, the
 // offset below which every in-sync replica has the data.
 type partition struct {
 	key tpKey
 
 	mu        sync.Mutex
-	log       [][]byte // record values; a record's offset is its index
-	bytes     []int64  // bytes[i]: total size of records [0, i)
-	hw        int64    // high watermark
-	leader    bool     // false once leadership moves away
+	batches   []storedBatch // the log (log.go)
+	leo       int64         // log end offset: the offset the next record gets
+	size      int64         // bytes of all batches
+	hw        int64         // high watermark
+	leader    bool          // false once leadership moves away
 	followers []*follower
 }
 
@@ -45,23 +58,34 @@ type partition struct {
 // every fetchEvery, and what it fetched becomes its log end offset lag
 // later, as if the data took that long to cross the network and be written.
 type follower struct {
-	id      int
-	leo     int64 // log end offset; guarded by the partition's mu
+	id int
+	// Guarded by the partition's mu:
+	leo      int64     // log end offset
+	caughtUp time.Time // last time it had the whole of the leader's log
+	inSync   bool      // a member of the in-sync replicas (ISR)
+
 	lag     atomic.Int64
 	stopped atomic.Bool
 }
 
 // Broker is a small in-memory broker: partitions it leads, their follower
-// replicas, and the two purgatories of Kafka's ReplicaManager.
+// replicas, and the two purgatories of Kafka's ReplicaManager. Its methods
+// are safe for concurrent use.
 type Broker struct {
 	partitions map[tpKey]*partition
+	topics     map[string][]*partition // by topic, in partition order
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
 
-	fetchEvery time.Duration
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	closeOnce  sync.Once
+	fetchEvery  time.Duration
+	lagMax      time.Duration
+	isrShrinks  atomic.Int64
+	isrExpands  atomic.Int64
+	closed      atomic.Bool
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+	closeResult error
 }
 
 // BrokerConfig says how to build a Broker.
@@ -70,14 +94,27 @@ type BrokerConfig struct {
 	Partitions int           // per topic
 	Replicas   int           // followers per partition
 	Lag        time.Duration // how far followers trail the leader
-	FetchEvery time.Duration // how often followers fetch
-	Timer      timer.Timer   // for tests: a MockTimer; nil for real timers
+	FetchEvery time.Duration // how often followers fetch; default 5ms
+	// ReplicaLagMax is Kafka's replica.lag.time.max.ms: a follower that
+	// has not caught up with the leader's log end for this long leaves the
+	// in-sync replicas, so that acks=all produces stop waiting for it. It
+	// rejoins once it reaches the high watermark. Zero keeps every
+	// follower in sync forever.
+	ReplicaLagMax time.Duration
+	Timer         timer.Timer // for tests: a MockTimer; nil for real timers
 }
 
 // NewBroker starts a broker and its followers.
 func NewBroker(c BrokerConfig) (*Broker, error) {
-	if c.Partitions <= 0 || len(c.Topics) == 0 || c.Replicas < 0 {
-		return nil, errors.New("broker: need topics, partitions > 0 and replicas >= 0")
+	if c.Partitions <= 0 || len(c.Topics) == 0 || c.Replicas < 0 || c.ReplicaLagMax < 0 {
+		return nil, errors.New("broker: need topics, partitions > 0, replicas >= 0 and a replica lag max >= 0")
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Topics {
+		if t == "" || strings.ContainsAny(t, " \t\n/") || seen[t] {
+			return nil, fmt.Errorf("broker: bad or repeated topic name %q", t)
+		}
+		seen[t] = true
 	}
 	if c.FetchEvery <= 0 {
 		c.FetchEvery = 5 * time.Millisecond
@@ -102,16 +139,19 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	}
 	b := &Broker{
 		partitions: make(map[tpKey]*partition),
+		topics:     make(map[string][]*partition),
 		produce:    pp,
 		fetch:      fp,
 		fetchEvery: c.FetchEvery,
+		lagMax:     c.ReplicaLagMax,
 		stop:       make(chan struct{}),
 	}
+	now := time.Now()
 	for _, topic := range c.Topics {
 		for i := range c.Partitions {
-			p := &partition{key: tpKey{Topic: topic, Partition: int32(i)}, leader: true, bytes: []int64{0}}
+			p := &partition{key: tpKey{Topic: topic, Partition: int32(i)}, leader: true}
 			for r := range c.Replicas {
-				f := &follower{id: r + 1}
+				f := &follower{id: r + 1, inSync: true, caughtUp: now}
 				f.lag.Store(int64(c.Lag))
 				p.followers = append(p.followers, f)
 				if c.Timer == nil {
@@ -120,7 +160,12 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 				}
 			}
 			b.partitions[p.key] = p
+			b.topics[topic] = append(b.topics[topic], p)
 		}
+	}
+	if c.Timer == nil && c.ReplicaLagMax > 0 && c.Replicas > 0 {
+		b.wg.Add(1)
+		go b.expireISR()
 	}
 	return b, nil
 }
@@ -137,46 +182,66 @@ func (b *Broker) Partitions() []tpKey {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(x, y tpKey) int {
-		if x.Topic != y.Topic {
-			if x.Topic < y.Topic {
-				return -1
-			}
-			return 1
+		if c := strings.Compare(x.Topic, y.Topic); c != 0 {
+			return c
 		}
 		return int(x.Partition - y.Partition)
 	})
 	return keys
 }
 
-// Append writes records to the leader's log and returns the offset after
-// the last one, or an error code. It wakes fetches waiting for data on the
-// partition; a produce with acks=all then waits for the high watermark.
-func (b *Broker) Append(tp tpKey, records [][]byte) (int64, string) {
+// Topics lists the topics, in order.
+func (b *Broker) Topics() []string {
+	var ts []string
+	for t := range b.topics {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// Append writes a record batch (already checked by parseBatch) to the
+// leader's log, and returns its base offset and the log end offset after
+// it, or an error code. It wakes fetches waiting for data on the partition;
+// a produce with acks=all then waits for the high watermark.
+func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64, e *kerr.Error) {
 	p := b.partitions[tp]
 	if p == nil {
-		return 0, errUnknownPartition
+		return 0, 0, errUnknownPartition
 	}
 	p.mu.Lock()
 	if !p.leader {
 		p.mu.Unlock()
-		return 0, errNotLeader
+		return 0, 0, errNotLeader
 	}
-	for _, r := range records {
-		p.log = append(p.log, r)
-		p.bytes = append(p.bytes, p.bytes[len(p.bytes)-1]+int64(len(r)))
-	}
-	end := int64(len(p.log))
-	if len(p.followers) == 0 {
-		p.hw = end // no one else to wait for
-	}
+	base = p.appendLocked(raw, numRecords)
+	end = p.leo
+	hwMoved := p.updateHighWatermarkLocked()
 	p.mu.Unlock()
 	// The partition's lock is released before checking: a TryComplete takes
 	// it (see docs/purgatory.md, "what not to hold").
 	b.fetch.CheckAndComplete(tp)
-	if len(p.followers) == 0 {
+	if hwMoved { // no follower in sync: the leader alone commits
 		b.produce.CheckAndComplete(tp)
 	}
-	return end, errNone
+	return base, end, nil
+}
+
+// updateHighWatermarkLocked sets the high watermark to the smallest log end
+// offset over the leader and its in-sync followers, and reports whether it
+// moved. It only moves forward, as in Kafka. The caller holds p.mu.
+func (p *partition) updateHighWatermarkLocked() bool {
+	hw := p.leo
+	for _, f := range p.followers {
+		if f.inSync {
+			hw = min(hw, f.leo)
+		}
+	}
+	if hw > p.hw {
+		p.hw = hw
+		return true
+	}
+	return false
 }
 
 // replicate is a follower's fetch loop.
@@ -193,8 +258,9 @@ func (b *Broker) replicate(p *partition, f *follower) {
 		if f.stopped.Load() {
 			continue
 		}
+		fetchedAt := time.Now()
 		p.mu.Lock()
-		target := int64(len(p.log))
+		target := p.leo
 		p.mu.Unlock()
 		if lag := time.Duration(f.lag.Load()); lag > 0 {
 			select {
@@ -203,29 +269,75 @@ func (b *Broker) replicate(p *partition, f *follower) {
 			case <-time.After(lag):
 			}
 		}
-		b.followerFetched(p, f, target)
+		// A follower stopped meanwhile drops what it fetched: once
+		// SetFollower returns, it takes in nothing appended after that.
+		if f.stopped.Load() {
+			continue
+		}
+		b.followerFetched(p, f, target, fetchedAt)
 	}
 }
 
-// followerFetched records that f has the log up to leo, moves the high
-// watermark if it can, and wakes what waits on it.
-func (b *Broker) followerFetched(p *partition, f *follower, leo int64) {
+// followerFetched records that f has the leader's log up to leo, which was
+// the leader's log end at fetchedAt. So f was caught up as of fetchedAt:
+// Kafka's rule for lastCaughtUpTime. It moves the high watermark if it can,
+// lets f rejoin the in-sync replicas once it reaches the high watermark,
+// and wakes what waits on either.
+func (b *Broker) followerFetched(p *partition, f *follower, leo int64, fetchedAt time.Time) {
 	p.mu.Lock()
-	if leo > f.leo {
-		f.leo = leo
+	f.leo = max(f.leo, leo)
+	if fetchedAt.After(f.caughtUp) {
+		f.caughtUp = fetchedAt
 	}
-	hw := int64(len(p.log))
-	for _, r := range p.followers {
-		hw = min(hw, r.leo)
+	if !f.inSync && f.leo >= p.hw {
+		f.inSync = true
+		b.isrExpands.Add(1)
 	}
-	moved := hw > p.hw
-	if moved {
-		p.hw = hw
-	}
+	moved := p.updateHighWatermarkLocked()
 	p.mu.Unlock()
 	if moved {
 		b.produce.CheckAndComplete(p.key)
 		b.fetch.CheckAndComplete(p.key) // consumers reading committed data
+	}
+}
+
+// expireISR is Kafka's isr-expiration task: every half of the replica lag
+// max, drop the followers that have not caught up for longer than it.
+func (b *Broker) expireISR() {
+	defer b.wg.Done()
+	t := time.NewTicker(max(b.lagMax/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case now := <-t.C:
+			b.shrinkISR(now)
+		}
+	}
+}
+
+// shrinkISR removes from each partition's in-sync replicas the followers
+// that were last caught up before now - lagMax. With fewer replicas to wait
+// for, the high watermark may move, completing acks=all produces.
+func (b *Broker) shrinkISR(now time.Time) {
+	if b.lagMax <= 0 {
+		return
+	}
+	for _, p := range b.partitions {
+		p.mu.Lock()
+		for _, f := range p.followers {
+			if f.inSync && now.Sub(f.caughtUp) > b.lagMax {
+				f.inSync = false
+				b.isrShrinks.Add(1)
+			}
+		}
+		moved := p.updateHighWatermarkLocked()
+		p.mu.Unlock()
+		if moved {
+			b.produce.CheckAndComplete(p.key)
+			b.fetch.CheckAndComplete(p.key)
+		}
 	}
 }
 
@@ -257,55 +369,50 @@ func (b *Broker) SetFollower(tp tpKey, id int, lag time.Duration, stopped bool) 
 	return nil
 }
 
-// state reads what a TryComplete needs, under the partition's lock.
-func (p *partition) state() (leader bool, leo, hw int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.leader, int64(len(p.log)), p.hw
+// partitionState is what requests read of a partition, in one snapshot.
+type partitionState struct {
+	leader  bool
+	leo, hw int64
+	isr     []int32 // follower ids in sync, ascending
+	all     []int32 // every follower id
 }
 
-// bytesBetween is the size of records [from, to).
-func (p *partition) bytesBetween(from, to int64) int64 {
+// state reads what a TryComplete or a metadata answer needs, under the
+// partition's lock.
+func (p *partition) state() partitionState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if from >= to {
-		return 0
-	}
-	return p.bytes[to] - p.bytes[from]
-}
-
-// read returns the records [from, to), at most maxBytes of them (but at
-// least one record if there is one).
-func (p *partition) read(from, to int64, maxBytes int64) [][]byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out [][]byte
-	var n int64
-	for o := from; o < to && o < int64(len(p.log)); o++ {
-		r := p.log[o]
-		if len(out) > 0 && n+int64(len(r)) > maxBytes {
-			break
+	s := partitionState{leader: p.leader, leo: p.leo, hw: p.hw}
+	for _, f := range p.followers {
+		s.all = append(s.all, int32(f.id))
+		if f.inSync {
+			s.isr = append(s.isr, int32(f.id))
 		}
-		out = append(out, r)
-		n += int64(len(r))
 	}
-	return out
+	return s
 }
 
-// Stats returns the two purgatories' counters.
-func (b *Broker) Stats() (produce, fetch purgatory.Stats) {
-	return b.produce.Stats(), b.fetch.Stats()
+// BrokerStats is what the status line shows.
+type BrokerStats struct {
+	Produce, Fetch         purgatory.Stats
+	ISRShrinks, ISRExpands int64
+}
+
+// Stats returns the two purgatories' counters and the ISR changes.
+func (b *Broker) Stats() BrokerStats {
+	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(),
+		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load()}
 }
 
 // Close stops the followers and shuts both purgatories down, which answers
 // every request still waiting (their timeouts fire early), so that nothing
-// parked is dropped.
+// parked is dropped. Requests that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {
-	var err error
 	b.closeOnce.Do(func() {
+		b.closed.Store(true)
 		close(b.stop)
 		b.wg.Wait()
-		err = errors.Join(b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx))
+		b.closeResult = errors.Join(b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx))
 	})
-	return err
+	return b.closeResult
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/goleak"
 
 	"github.com/purgatory-go/purgatory/timer"
@@ -29,11 +30,64 @@ func tp(n int32) tpKey { return tpKey{Topic: "t", Partition: n} }
 
 // catchUp makes follower id of p fetch everything the leader has.
 func catchUp(b *Broker, p tpKey, id int) {
+	catchUpAt(b, p, id, time.Now())
+}
+
+func catchUpAt(b *Broker, p tpKey, id int, at time.Time) {
 	part := b.partitions[p]
 	part.mu.Lock()
-	leo := int64(len(part.log))
+	leo := part.leo
 	part.mu.Unlock()
-	b.followerFetched(part, part.followers[id-1], leo)
+	b.followerFetched(part, part.followers[id-1], leo, at)
+}
+
+// records is one partition's part of a produce: a batch of values.
+func records(p tpKey, values ...string) ProducePartition {
+	var vs [][]byte
+	for _, v := range values {
+		vs = append(vs, []byte(v))
+	}
+	return ProducePartition{TP: p, Batch: encodeBatch(vs, time.Now())}
+}
+
+func produceReq(acks int, timeout time.Duration, parts ...ProducePartition) ProduceRequest {
+	return ProduceRequest{Partitions: parts, Acks: acks, Timeout: timeout}
+}
+
+func fetchReq(minBytes int64, maxWait time.Duration, offsets map[tpKey]int64) FetchRequest {
+	r := FetchRequest{MinBytes: minBytes, MaxWait: maxWait, Committed: true}
+	for _, p := range []tpKey{tp(0), tp(1), tp(2)} {
+		if o, ok := offsets[p]; ok {
+			r.Partitions = append(r.Partitions, FetchPartitionRequest{TP: p, Offset: o})
+		}
+	}
+	return r
+}
+
+// result finds a partition's part of an answer.
+func result(resp ProduceResponse, p tpKey) PartitionResult {
+	for _, r := range resp.Partitions {
+		if r.TP == p {
+			return r
+		}
+	}
+	return PartitionResult{TP: tpKey{Topic: "missing"}}
+}
+
+func fetched(t *testing.T, resp FetchResponse, p tpKey) (code string, values []string) {
+	t.Helper()
+	for _, r := range resp.Partitions {
+		if r.TP == p {
+			vs, _, err := decodeValues(r.Batches, r.Offset)
+			require.NoError(t, err)
+			for _, v := range vs {
+				values = append(values, string(v))
+			}
+			return errName(r.Err), values
+		}
+	}
+	t.Fatalf("no %v in the answer", p)
+	return "", nil
 }
 
 func pending[T any](ch <-chan T) bool {
@@ -47,20 +101,25 @@ func pending[T any](ch <-chan T) bool {
 
 func TestProduceCompletesWhenReplicasCatchUp(t *testing.T) {
 	b, _ := newMockBroker(t, 1, 2)
-	ch := b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("a"), []byte("b")}}, Acks: -1, Timeout: time.Second})
+	ch := b.Produce(produceReq(-1, time.Second, records(tp(0), "a", "b")))
 	assert.True(t, pending(ch), "waits for the followers")
 	catchUp(b, tp(0), 1)
 	assert.True(t, pending(ch), "one follower of two is not enough")
 	catchUp(b, tp(0), 2)
 	resp := <-ch
 	assert.False(t, resp.Expired)
-	assert.Equal(t, PartitionResult{Error: errNone, Offset: 2}, resp.Partitions["t-0"])
+	assert.Equal(t, PartitionResult{TP: tp(0), BaseOffset: 0, Offset: 2}, result(resp, tp(0)))
+
+	// The next batch gets the next offsets.
+	ch = b.Produce(produceReq(-1, time.Second, records(tp(0), "c")))
+	catchUp(b, tp(0), 1)
+	catchUp(b, tp(0), 2)
+	assert.Equal(t, PartitionResult{TP: tp(0), BaseOffset: 2, Offset: 3}, result(<-ch, tp(0)))
 }
 
 func TestProduceExpiresWithPerPartitionErrors(t *testing.T) {
 	b, mt := newMockBroker(t, 2, 1)
-	ch := b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("a")}, tp(1): {[]byte("b")}},
-		Acks: -1, Timeout: 100 * time.Millisecond})
+	ch := b.Produce(produceReq(-1, 100*time.Millisecond, records(tp(0), "a"), records(tp(1), "b")))
 	catchUp(b, tp(0), 1)
 	assert.True(t, pending(ch), "a multi-partition produce waits for every partition")
 	mt.Advance(100*time.Millisecond - 1)
@@ -68,78 +127,151 @@ func TestProduceExpiresWithPerPartitionErrors(t *testing.T) {
 	mt.Advance(1)
 	resp := <-ch
 	assert.True(t, resp.Expired)
-	assert.Equal(t, errNone, resp.Partitions["t-0"].Error)
-	assert.Equal(t, errRequestTimedOut, resp.Partitions["t-1"].Error)
-	ps, _ := b.Stats()
-	assert.Equal(t, uint64(1), ps.Expired)
+	assert.Nil(t, result(resp, tp(0)).Err)
+	assert.Equal(t, errRequestTimedOut, result(resp, tp(1)).Err)
+	assert.Equal(t, int64(-1), result(resp, tp(1)).BaseOffset)
+	assert.Equal(t, uint64(1), b.Stats().Produce.Expired)
 }
 
 func TestProduceAnswersNotLeaderWhenLeadershipMoves(t *testing.T) {
 	b, _ := newMockBroker(t, 2, 1)
-	ch := b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("a")}, tp(1): {[]byte("b")}},
-		Acks: -1, Timeout: time.Second})
+	ch := b.Produce(produceReq(-1, time.Second, records(tp(0), "a"), records(tp(1), "b")))
 	catchUp(b, tp(1), 1)
 	b.Resign(tp(0))
 	resp := <-ch
 	assert.False(t, resp.Expired)
-	assert.Equal(t, errNotLeader, resp.Partitions["t-0"].Error)
-	assert.Equal(t, errNone, resp.Partitions["t-1"].Error)
+	assert.Equal(t, errNotLeader, result(resp, tp(0)).Err)
+	assert.Nil(t, result(resp, tp(1)).Err)
 
 	// A produce to a partition the broker no longer leads fails at once.
-	resp = <-b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("c")}}, Acks: -1, Timeout: time.Second})
-	assert.Equal(t, errNotLeader, resp.Partitions["t-0"].Error)
+	resp = <-b.Produce(produceReq(-1, time.Second, records(tp(0), "c")))
+	assert.Equal(t, errNotLeader, result(resp, tp(0)).Err)
 }
 
 func TestProduceWithAcksOneAnswersAtOnce(t *testing.T) {
 	b, _ := newMockBroker(t, 1, 2)
-	resp := <-b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("a")}}, Acks: 1, Timeout: time.Second})
-	assert.Equal(t, PartitionResult{Error: errNone, Offset: 1}, resp.Partitions["t-0"])
-	ps, _ := b.Stats()
-	assert.Equal(t, 0, ps.Pending)
+	resp := <-b.Produce(produceReq(1, time.Second, records(tp(0), "a")))
+	assert.Equal(t, PartitionResult{TP: tp(0), BaseOffset: 0, Offset: 1}, result(resp, tp(0)))
+	assert.Equal(t, 0, b.Stats().Produce.Pending)
+}
+
+// Bad batches and bad partitions are answered per partition, and the good
+// partitions of the same request are written.
+func TestProduceRejectsBadBatchesPerPartition(t *testing.T) {
+	b, _ := newMockBroker(t, 3, 0)
+	corrupt := records(tp(1), "x")
+	corrupt.Batch[len(corrupt.Batch)-1] ^= 0xff // a value byte: the CRC no longer matches
+	two := records(tp(2), "y")
+	two.Batch = append(two.Batch, two.Batch...)
+	resp := <-b.Produce(produceReq(-1, time.Second, records(tp(0), "ok"), corrupt, two,
+		records(tpKey{Topic: "nope", Partition: 0}, "z")))
+	assert.Nil(t, result(resp, tp(0)).Err)
+	assert.Equal(t, kerr.CorruptMessage, result(resp, tp(1)).Err)
+	assert.Equal(t, kerr.InvalidRecord, result(resp, tp(2)).Err)
+	assert.Equal(t, errUnknownPartition, result(resp, tpKey{Topic: "nope", Partition: 0}).Err)
+	assert.Equal(t, int64(0), b.partitions[tp(1)].state().leo, "nothing written for a rejected batch")
+
+	resp = <-b.Produce(produceReq(2, time.Second, records(tp(0), "a")))
+	assert.Equal(t, kerr.InvalidRequiredAcks, result(resp, tp(0)).Err)
 }
 
 func TestFetchCompletesWhenBytesAreCommitted(t *testing.T) {
 	b, _ := newMockBroker(t, 1, 1)
-	ch, _ := b.Fetch(FetchRequest{Offsets: map[tpKey]int64{tp(0): 0}, MinBytes: 5, MaxWait: time.Second, Committed: true})
-	_, _ = b.Append(tp(0), [][]byte{[]byte("abc")})
+	first := records(tp(0), "abc")
+	ch, _ := b.Fetch(fetchReq(int64(len(first.Batch))+1, time.Second, map[tpKey]int64{tp(0): 0}))
+	<-b.Produce(produceReq(1, time.Second, first))
 	catchUp(b, tp(0), 1)
-	assert.True(t, pending(ch), "3 bytes of 5")
-	_, _ = b.Append(tp(0), [][]byte{[]byte("defg")})
+	assert.True(t, pending(ch), "one batch is not min_bytes")
+	<-b.Produce(produceReq(1, time.Second, records(tp(0), "defg")))
 	assert.True(t, pending(ch), "appended but not yet replicated: not visible to a consumer")
 	catchUp(b, tp(0), 1)
 	resp := <-ch
 	assert.False(t, resp.Expired)
-	assert.Equal(t, FetchPartition{Error: errNone, HighWatermark: 2, Records: []string{"abc", "defg"}, NextOffset: 2},
-		resp.Partitions["t-0"])
+	code, values := fetched(t, resp, tp(0))
+	assert.Equal(t, "NONE", code)
+	assert.Equal(t, []string{"abc", "defg"}, values)
+	assert.Equal(t, int64(2), resp.Partitions[0].HighWatermark)
 }
+
+// A fetch from the middle of a batch gets the whole batch (as in Kafka);
+// the records before the fetch offset are skipped by the reader.
+func TestFetchFromInsideABatch(t *testing.T) {
+	b, _ := newMockBroker(t, 1, 0)
+	<-b.Produce(produceReq(1, time.Second, records(tp(0), "a", "b", "c")))
+	resp := <-must(b.Fetch(fetchReq(1, time.Second, map[tpKey]int64{tp(0): 1})))
+	require.Len(t, resp.Partitions[0].Batches, 1)
+	_, values := fetched(t, resp, tp(0))
+	assert.Equal(t, []string{"b", "c"}, values)
+	assert.Equal(t, int64(3), nextOffset(resp.Partitions[0].Batches, 1))
+}
+
+func must[T, U any](t T, _ U) T { return t }
 
 func TestFetchReturnsWhatIsThereAtMaxWait(t *testing.T) {
 	b, mt := newMockBroker(t, 2, 0)
-	ch, _ := b.Fetch(FetchRequest{Offsets: map[tpKey]int64{tp(0): 0, tp(1): 0}, MinBytes: 100, MaxWait: 50 * time.Millisecond, Committed: true})
-	_, _ = b.Append(tp(1), [][]byte{[]byte("x")}) // no followers: committed at once
+	ch, _ := b.Fetch(fetchReq(1000, 50*time.Millisecond, map[tpKey]int64{tp(0): 0, tp(1): 0}))
+	<-b.Produce(produceReq(1, time.Second, records(tp(1), "x"))) // no followers: committed at once
 	mt.Advance(50 * time.Millisecond)
 	resp := <-ch
 	assert.True(t, resp.Expired)
-	assert.Empty(t, resp.Partitions["t-0"].Records)
-	assert.Equal(t, []string{"x"}, resp.Partitions["t-1"].Records)
+	_, v0 := fetched(t, resp, tp(0))
+	_, v1 := fetched(t, resp, tp(1))
+	assert.Empty(t, v0)
+	assert.Equal(t, []string{"x"}, v1)
 }
 
 func TestFetchBeyondTheLogAnswersAtOnce(t *testing.T) {
 	b, _ := newMockBroker(t, 1, 0)
-	ch, _ := b.Fetch(FetchRequest{Offsets: map[tpKey]int64{tp(0): 7}, MinBytes: 1, MaxWait: time.Second})
+	resp := <-must(b.Fetch(fetchReq(1, time.Second, map[tpKey]int64{tp(0): 7})))
+	assert.Equal(t, errOffsetOutOfRange, resp.Partitions[0].Err)
+}
+
+// Kafka's replica.lag.time.max.ms: a follower that stopped fetching leaves
+// the in-sync replicas, the high watermark moves without it, and the
+// acks=all produce waiting on it completes; when it catches up it rejoins.
+func TestStoppedFollowerLeavesTheISR(t *testing.T) {
+	mt := timer.NewMockTimer()
+	start := time.Now()
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 2, Timer: mt,
+		ReplicaLagMax: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.Close(context.Background())) })
+
+	ch := b.Produce(produceReq(-1, time.Hour, records(tp(0), "a")))
+	catchUpAt(b, tp(0), 1, start.Add(150*time.Millisecond))
+	b.shrinkISR(start.Add(90 * time.Millisecond))
+	assert.True(t, pending(ch), "follower 2 is not yet past the lag max")
+	b.shrinkISR(start.Add(200 * time.Millisecond))
 	resp := <-ch
-	assert.Equal(t, errOffsetOutOfRange, resp.Partitions["t-0"].Error)
+	assert.False(t, resp.Expired)
+	assert.Nil(t, result(resp, tp(0)).Err, "completed by the ISR shrinking to the leader and follower 1")
+	assert.Equal(t, []int32{1}, b.partitions[tp(0)].state().isr)
+	assert.Equal(t, int64(1), b.Stats().ISRShrinks)
+
+	catchUpAt(b, tp(0), 2, start.Add(300*time.Millisecond))
+	assert.Equal(t, []int32{1, 2}, b.partitions[tp(0)].state().isr, "rejoins once it reaches the high watermark")
+	assert.Equal(t, int64(1), b.Stats().ISRExpands)
 }
 
 func TestCloseAnswersParkedRequests(t *testing.T) {
 	mt := timer.NewMockTimer()
 	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 1, Timer: mt})
 	require.NoError(t, err)
-	pch := b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("a")}}, Acks: -1, Timeout: time.Hour})
-	fch, _ := b.Fetch(FetchRequest{Offsets: map[tpKey]int64{tp(0): 1}, MinBytes: 1, MaxWait: time.Hour, Committed: true})
+	pch := b.Produce(produceReq(-1, time.Hour, records(tp(0), "a")))
+	fch, _ := b.Fetch(fetchReq(1, time.Hour, map[tpKey]int64{tp(0): 1}))
 	require.NoError(t, b.Close(context.Background()))
-	assert.Equal(t, errRequestTimedOut, (<-pch).Partitions["t-0"].Error)
+	presp := <-pch
+	assert.Equal(t, errRequestTimedOut, result(presp, tp(0)).Err)
+	assert.True(t, presp.Expired)
 	assert.True(t, (<-fch).Expired)
-	resp := <-b.Produce(ProduceRequest{Records: map[tpKey][][]byte{tp(0): {[]byte("b")}}, Acks: -1, Timeout: time.Hour})
-	assert.Equal(t, errBrokerShuttingDwn, resp.Partitions["t-0"].Error, "after Close requests are refused, not parked")
+
+	resp := <-b.Produce(produceReq(-1, time.Hour, records(tp(0), "b")))
+	assert.Equal(t, errBrokerClosing, result(resp, tp(0)).Err, "after Close requests are refused, not parked")
+	assert.True(t, resp.Refused)
+	assert.False(t, resp.Expired)
+	fresp := <-must(b.Fetch(fetchReq(1, time.Hour, map[tpKey]int64{tp(0): 0})))
+	assert.True(t, fresp.Refused)
+	st := b.Stats()
+	assert.Equal(t, uint64(0), st.Produce.CompletedEarly, "a refused request is not counted as completed")
+	assert.Equal(t, uint64(0), st.Fetch.CompletedEarly)
 }

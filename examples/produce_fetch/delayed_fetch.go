@@ -1,9 +1,9 @@
 package main
 
 import (
-	"maps"
-	"slices"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/purgatory-go/purgatory/operation"
 )
@@ -15,100 +15,111 @@ import (
 // follower or a read-uncommitted consumer sees the whole log.
 type DelayedFetch struct {
 	operation.Base
-	broker    *Broker
-	offsets   map[tpKey]int64
-	minBytes  int64
-	maxBytes  int64
-	committed bool
-	respond   func(FetchResponse)
-	started   time.Time
+	broker  *Broker
+	req     FetchRequest
+	respond func(FetchResponse)
+	started time.Time
+	refused bool // set before ForceComplete when the purgatory would not take it
 }
 
 // FetchResponse is the answer to a fetch.
 type FetchResponse struct {
-	Partitions map[string]FetchPartition `json:"partitions"`
-	Expired    bool                      `json:"-"`
-	Latency    time.Duration             `json:"-"`
+	Partitions []FetchResult // in request order
+	Expired    bool          // maxWait passed before minBytes were there
+	Refused    bool          // never parked: the broker was closing
+	Latency    time.Duration
 }
 
-// FetchPartition is one partition's records.
-type FetchPartition struct {
-	Error         string   `json:"error"`
-	HighWatermark int64    `json:"high_watermark"`
-	Records       []string `json:"records,omitempty"`
-	NextOffset    int64    `json:"next_offset"`
-}
-
-// NewDelayedFetch makes a fetch of offsets, waiting for minBytes at most
-// maxWait.
-func NewDelayedFetch(b *Broker, offsets map[tpKey]int64, minBytes, maxBytes int64, maxWait time.Duration, committed bool, respond func(FetchResponse)) *DelayedFetch {
-	f := &DelayedFetch{broker: b, offsets: offsets, minBytes: minBytes, maxBytes: maxBytes,
-		committed: committed, respond: respond, started: time.Now()}
-	f.Init(f, maxWait)
-	return f
+// FetchResult is one partition's part of a fetch response: whole record
+// batches, the first of which may start before the fetch offset.
+type FetchResult struct {
+	TP            tpKey
+	Offset        int64       // the fetch offset
+	Err           *kerr.Error // nil: NONE
+	HighWatermark int64
+	Batches       [][]byte
 }
 
 // Keys are the partitions the fetch reads.
 func (f *DelayedFetch) Keys() []tpKey {
-	return slices.Collect(maps.Keys(f.offsets))
+	keys := make([]tpKey, 0, len(f.req.Partitions))
+	for _, p := range f.req.Partitions {
+		keys = append(keys, p.TP)
+	}
+	return keys
 }
 
 // limit is the offset a fetch may read up to.
-func (f *DelayedFetch) limit(leo, hw int64) int64 {
-	if f.committed {
-		return hw
+func (f *DelayedFetch) limit(s partitionState) int64 {
+	if f.req.Committed {
+		return s.hw
 	}
-	return leo
+	return s.leo
+}
+
+// partitionMax is how many bytes one partition may contribute.
+func (f *DelayedFetch) partitionMax(p FetchPartitionRequest) int64 {
+	if p.MaxBytes > 0 {
+		return min(p.MaxBytes, f.req.MaxBytes)
+	}
+	return f.req.MaxBytes
 }
 
 // TryComplete completes the fetch as soon as it has enough bytes, or at once
 // if a partition has an error to report (Kafka's DelayedFetch does the
 // same: a changed leader or an offset out of range is worth answering now).
+// As in Kafka, a partition counts for at most its own max bytes.
 func (f *DelayedFetch) TryComplete() bool {
 	var available int64
-	for tp, off := range f.offsets {
-		p := f.broker.partitions[tp]
+	for _, fp := range f.req.Partitions {
+		p := f.broker.partitions[fp.TP]
 		if p == nil {
 			return f.ForceComplete()
 		}
-		leader, leo, hw := p.state()
-		if !leader || off > leo {
+		s := p.state()
+		if !s.leader || fp.Offset < 0 || fp.Offset > s.leo {
 			return f.ForceComplete()
 		}
-		available += p.bytesBetween(off, f.limit(leo, hw))
+		available += min(p.bytesBetween(fp.Offset, f.limit(s)), f.partitionMax(fp))
 	}
-	if available >= f.minBytes {
+	if available >= f.req.MinBytes {
 		return f.ForceComplete()
 	}
 	return false
 }
 
-// OnComplete reads what is there and answers.
+// OnComplete reads what is there and answers. The request's MaxBytes bounds
+// the whole response, except that the first batch found is returned even if
+// it is larger (KIP-74), so that a consumer always makes progress.
 func (f *DelayedFetch) OnComplete() {
-	resp := FetchResponse{Partitions: make(map[string]FetchPartition, len(f.offsets)),
-		Expired: f.IsExpired(), Latency: time.Since(f.started)}
-	for tp, off := range f.offsets {
-		r := FetchPartition{Error: errNone, NextOffset: off}
-		p := f.broker.partitions[tp]
+	resp := FetchResponse{Partitions: make([]FetchResult, 0, len(f.req.Partitions)),
+		Expired: f.IsExpired(), Refused: f.refused, Latency: time.Since(f.started)}
+	remaining := f.req.MaxBytes
+	gotData := false
+	for _, fp := range f.req.Partitions {
+		r := FetchResult{TP: fp.TP, Offset: fp.Offset, HighWatermark: -1}
+		p := f.broker.partitions[fp.TP]
 		if p == nil {
-			r.Error = errUnknownPartition
-			resp.Partitions[tp.String()] = r
+			r.Err = errUnknownPartition
+			resp.Partitions = append(resp.Partitions, r)
 			continue
 		}
-		leader, leo, hw := p.state()
-		r.HighWatermark = hw
+		s := p.state()
+		r.HighWatermark = s.hw
 		switch {
-		case !leader:
-			r.Error = errNotLeader
-		case off > leo:
-			r.Error = errOffsetOutOfRange
+		case !s.leader:
+			r.Err = errNotLeader
+		case fp.Offset < 0 || fp.Offset > s.leo:
+			r.Err = errOffsetOutOfRange
 		default:
-			for _, rec := range p.read(off, f.limit(leo, hw), f.maxBytes) {
-				r.Records = append(r.Records, string(rec))
+			r.Batches = p.read(fp.Offset, f.limit(s), min(remaining, f.partitionMax(fp)), !gotData)
+			for _, b := range r.Batches {
+				remaining -= int64(len(b))
+				gotData = true
 			}
-			r.NextOffset = off + int64(len(r.Records))
+			remaining = max(remaining, 0)
 		}
-		resp.Partitions[tp.String()] = r
+		resp.Partitions = append(resp.Partitions, r)
 	}
 	f.respond(resp)
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"maps"
-	"slices"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/purgatory-go/purgatory/operation"
 )
@@ -17,47 +17,53 @@ type DelayedProduce struct {
 	broker *Broker
 	// status is guarded by the operation's lock: TryComplete and the
 	// callbacks run under it.
-	status  map[tpKey]*produceStatus
+	status  []*produceStatus
 	respond func(ProduceResponse)
 	started time.Time
+	// refused is set, before ForceComplete, on a request that the produce
+	// purgatory would not take because the broker is closing.
+	refused bool
 }
 
 type produceStatus struct {
-	required int64  // the offset after this request's records
-	err      string // set once this partition is settled; "" while waiting
+	tp       tpKey
+	base     int64       // base offset the batch was given
+	required int64       // the offset after this request's records
+	settled  bool        // answered: err says how
+	err      *kerr.Error // nil: NONE
+	msg      string      // why, for errors the client cannot guess
+}
+
+func (s *produceStatus) settle(e *kerr.Error, msg string) {
+	s.settled, s.err, s.msg = true, e, msg
 }
 
 // ProduceResponse is the answer to a produce request.
 type ProduceResponse struct {
-	Partitions map[string]PartitionResult `json:"partitions"`
-	Expired    bool                       `json:"-"`
-	Latency    time.Duration              `json:"-"`
+	Partitions []PartitionResult // in request order
+	Expired    bool              // the timeout completed it
+	Refused    bool              // never parked: the broker was closing
+	Latency    time.Duration
 }
 
-// PartitionResult is one partition's part of a response.
+// PartitionResult is one partition's part of a produce response.
 type PartitionResult struct {
-	Error  string `json:"error"`
-	Offset int64  `json:"offset,omitempty"`
-}
-
-// NewDelayedProduce makes the operation for records already appended: for
-// each partition, required is the leader's log end offset after the append,
-// or the append's error. respond is called once, with the answer.
-func NewDelayedProduce(b *Broker, timeout time.Duration, required map[tpKey]int64, appendErr map[tpKey]string, respond func(ProduceResponse)) *DelayedProduce {
-	d := &DelayedProduce{broker: b, status: make(map[tpKey]*produceStatus), respond: respond, started: time.Now()}
-	for tp, off := range required {
-		d.status[tp] = &produceStatus{required: off}
-	}
-	for tp, e := range appendErr {
-		d.status[tp] = &produceStatus{err: e}
-	}
-	d.Init(d, timeout)
-	return d
+	TP         tpKey
+	Err        *kerr.Error // nil: NONE
+	Message    string
+	BaseOffset int64 // offset of the first record written
+	Offset     int64 // offset after the last one
 }
 
 // Keys are the partitions the request waits on.
 func (d *DelayedProduce) Keys() []tpKey {
-	return slices.Collect(maps.Keys(d.status))
+	keys := make([]tpKey, 0, len(d.status))
+	for _, st := range d.status {
+		if !st.settled {
+			keys = append(keys, st.tp)
+		}
+	}
+	return keys
 }
 
 // TryComplete settles each partition that can be settled: its high
@@ -71,17 +77,16 @@ func (d *DelayedProduce) Keys() []tpKey {
 // if another one later times out.
 func (d *DelayedProduce) TryComplete() bool {
 	waiting := false
-	for tp, st := range d.status {
-		if st.err != "" {
+	for _, st := range d.status {
+		if st.settled {
 			continue
 		}
-		p := d.broker.partitions[tp]
-		leader, _, hw := p.state()
+		s := d.broker.partitions[st.tp].state()
 		switch {
-		case !leader:
-			st.err = errNotLeader
-		case hw >= st.required:
-			st.err = errNone
+		case !s.leader:
+			st.settle(errNotLeader, "")
+		case s.hw >= st.required:
+			st.settle(nil, "")
 		default:
 			waiting = true
 		}
@@ -94,17 +99,17 @@ func (d *DelayedProduce) TryComplete() bool {
 
 // OnComplete answers the request. Partitions not settled by now timed out.
 func (d *DelayedProduce) OnComplete() {
-	resp := ProduceResponse{Partitions: make(map[string]PartitionResult, len(d.status)),
-		Expired: d.IsExpired(), Latency: time.Since(d.started)}
-	for tp, st := range d.status {
-		r := PartitionResult{Error: st.err}
-		if r.Error == "" {
-			r.Error = errRequestTimedOut
+	resp := ProduceResponse{Partitions: make([]PartitionResult, 0, len(d.status)),
+		Expired: d.IsExpired(), Refused: d.refused, Latency: time.Since(d.started)}
+	for _, st := range d.status {
+		r := PartitionResult{TP: st.tp, Err: st.err, Message: st.msg, BaseOffset: -1, Offset: -1}
+		if !st.settled {
+			r.Err = errRequestTimedOut
 		}
-		if r.Error == errNone {
-			r.Offset = st.required
+		if r.Err == nil {
+			r.BaseOffset, r.Offset = st.base, st.required
 		}
-		resp.Partitions[tp.String()] = r
+		resp.Partitions = append(resp.Partitions, r)
 	}
 	d.respond(resp)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,15 +20,20 @@ import (
 // startServer runs the broker over HTTP on a loopback port with real
 // timers and follower goroutines.
 func startServer(t *testing.T, replicas int) (base string, b *Broker, stop func() error) {
+	return startServerWith(t, replicas, HTTPConfig{})
+}
+
+func startServerWith(t *testing.T, replicas int, cfg HTTPConfig) (base string, b *Broker, stop func() error) {
 	t.Helper()
 	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 2, Replicas: replicas, Lag: time.Millisecond})
 	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
 	errc := make(chan error, 1)
-	srv := &http.Server{Addr: "127.0.0.1:0", Handler: NewServer(b), ReadHeaderTimeout: 5 * time.Second}
-	go func() { errc <- Serve(ctx, b, srv, func(a string) { addr <- a }) }()
-	base = "http://" + <-addr
+	srv := NewHTTPServer(ln.Addr().String(), b, cfg)
+	go func() { errc <- ServeAll(ctx, b, Servers{HTTP: srv, HTTPListener: ln}) }()
+	base = "http://" + ln.Addr().String()
 	var once sync.Once
 	var serr error
 	stop = func() error {
@@ -77,7 +83,7 @@ func TestHTTPLongPollFetchReturnsWhenAProduceLands(t *testing.T) {
 		code, body := get(t, base+"/fetch?topic=t&partition=0&offset=0&min_bytes=1&max_wait_ms=20000")
 		got <- result{code, body, time.Since(start)}
 	}()
-	require.Eventually(t, func() bool { _, fs := b.Stats(); return fs.Pending == 1 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return b.Stats().Fetch.Pending == 1 }, 10*time.Second, time.Millisecond,
 		"the fetch is parked")
 
 	code, body := post(t, base+"/produce", `{"partitions":[{"topic":"t","partition":0,"records":["hello"]}],"acks":-1,"timeout_ms":5000}`)
@@ -108,14 +114,21 @@ func TestHTTPBadRequests(t *testing.T) {
 		{"unknown field", "POST", "/produce", `{"nope":1}`, 400},
 		{"no partitions", "POST", "/produce", `{"timeout_ms":100}`, 400},
 		{"bad acks", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"acks":2,"timeout_ms":100}`, 400},
-		{"no timeout", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}]}`, 400},
+		{"zero timeout", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"timeout_ms":0}`, 400},
+		{"timeout that overflows a Duration", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"timeout_ms":18446744073709}`, 400},
+		{"garbage after the body", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"timeout_ms":100}garbage`, 400},
+		{"a second JSON value after the body", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]}],"timeout_ms":100} {}`, 400},
+		{"a partition without records", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]},{"topic":"t","partition":1,"records":[]}],"timeout_ms":100}`, 400},
 		{"unknown partition", "POST", "/produce", `{"partitions":[{"topic":"t","partition":9,"records":["a"]}],"timeout_ms":100}`, 404},
 		{"oversized body", "POST", "/produce", `{"partitions":[{"topic":"t","partition":0,"records":["` + strings.Repeat("a", maxBodyBytes) + `"]}],"timeout_ms":100}`, 413},
 		{"fetch without partition", "GET", "/fetch?topic=t", "", 400},
 		{"fetch unknown partition", "GET", "/fetch?topic=t&partition=5", "", 404},
 		{"fetch negative offset", "GET", "/fetch?topic=t&partition=0&offset=-1", "", 400},
 		{"fetch bad max wait", "GET", "/fetch?topic=t&partition=0&max_wait_ms=abc", "", 400},
+		{"fetch max wait that overflows a Duration", "GET", "/fetch?topic=t&partition=0&max_wait_ms=10000000000000", "", 400},
 		{"wrong method", "GET", "/produce", "", 405},
+		{"wrong method for fetch", "DELETE", "/fetch?topic=t&partition=0", "", 405},
+		{"unknown path", "GET", "/nope", "", 404},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -125,12 +138,12 @@ func TestHTTPBadRequests(t *testing.T) {
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			assert.Equal(t, c.code, resp.StatusCode)
-			if c.code != 405 {
-				var e map[string]string
-				require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
-				assert.NotEmpty(t, e["error"])
-			} else {
-				_, _ = io.Copy(io.Discard, resp.Body)
+			assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var e map[string]string
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e), "every error is a JSON body")
+			assert.NotEmpty(t, e["error"])
+			if c.code == 405 {
+				assert.NotEmpty(t, resp.Header.Get("Allow"))
 			}
 		})
 	}
@@ -164,7 +177,8 @@ func TestHTTPShutdownAnswersParkedRequests(t *testing.T) {
 		errs <- partitionOf(body, "t-0")["error"].(string)
 	}()
 	require.Eventually(t, func() bool {
-		ps, fs := b.Stats()
+		st := b.Stats()
+		ps, fs := st.Produce, st.Fetch
 		return ps.Pending == 1 && fs.Pending == fetches
 	}, 10*time.Second, time.Millisecond, "everything is parked")
 	require.NoError(t, stop())
@@ -177,4 +191,60 @@ func TestHTTPShutdownAnswersParkedRequests(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "REQUEST_TIMED_OUT", <-errs)
+}
+
+// A produce without timeout_ms waits the configured default (main's
+// -produce-timeout), and the answer names every partition of the request.
+func TestHTTPProduceUsesTheDefaultTimeout(t *testing.T) {
+	base, b, _ := startServerWith(t, 1, HTTPConfig{ProduceTimeout: 150 * time.Millisecond})
+	require.NoError(t, b.SetFollower(tp(1), 1, 0, true))
+	start := time.Now()
+	code, body := post(t, base+"/produce", `{"partitions":[{"topic":"t","partition":0,"records":["a"]},{"topic":"t","partition":1,"records":["b"]}]}`)
+	took := time.Since(start)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "NONE", partitionOf(body, "t-0")["error"])
+	assert.Equal(t, "REQUEST_TIMED_OUT", partitionOf(body, "t-1")["error"])
+	assert.GreaterOrEqual(t, took, 150*time.Millisecond, "not answered before the default timeout")
+	assert.Less(t, took, 10*time.Second)
+}
+
+// An empty fetch still lists the partition, with an empty records array.
+func TestHTTPEmptyFetchListsThePartition(t *testing.T) {
+	base, _, _ := startServer(t, 0)
+	code, body := get(t, base+"/fetch?topic=t&partition=1&offset=0&max_wait_ms=0")
+	assert.Equal(t, http.StatusOK, code)
+	p := partitionOf(body, "t-1")
+	assert.Equal(t, "NONE", p["error"])
+	assert.Equal(t, []any{}, p["records"])
+	assert.Equal(t, float64(0), p["next_offset"])
+}
+
+// A client that sends half a request, or keeps an idle connection, is
+// disconnected after the server's timeouts.
+func TestHTTPServerTimeouts(t *testing.T) {
+	base, _, _ := startServerWith(t, 0, HTTPConfig{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,
+		IdleTimeout: 200 * time.Millisecond})
+	addr := strings.TrimPrefix(base, "http://")
+	closedWithin := func(t *testing.T, conn net.Conn, d time.Duration) {
+		t.Helper()
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(d)))
+		_, err := io.Copy(io.Discard, conn) // returns at EOF: the server closed it
+		assert.NoError(t, err, "the server closes the connection before %v", d)
+	}
+	t.Run("half a request", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET /fetch?topic=t&partition=0 HTTP/1.1\r\nHost: x\r\n")
+		require.NoError(t, err)
+		closedWithin(t, conn, 10*time.Second)
+	})
+	t.Run("an idle keep-alive connection", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET /fetch?topic=t&partition=0&max_wait_ms=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		closedWithin(t, conn, 10*time.Second) // after the answer, idle
+	})
 }

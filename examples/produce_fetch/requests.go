@@ -1,87 +1,138 @@
 package main
 
 import (
-	"errors"
 	"time"
 
-	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// ProduceRequest writes records to partitions. Acks is -1 (all in-sync
-// replicas: the request waits in the produce purgatory), or 0 or 1 (the
-// leader alone: answered at once).
-type ProduceRequest struct {
-	Records map[tpKey][][]byte
-	Acks    int
-	Timeout time.Duration
+// The two requests both front ends (HTTP and Kafka's protocol) turn into.
+// Everything about parking and completing them lives here and in the two
+// operations, so the front ends only translate.
+
+// ProducePartition is one partition's part of a produce request: exactly
+// one record batch (Kafka's format v2).
+type ProducePartition struct {
+	TP    tpKey
+	Batch []byte
 }
 
-// Produce appends the records and returns a channel that receives the
-// answer once: at once for acks 0 and 1, and for acks=all when every
-// partition is replicated, has failed, or the timeout passes.
-func (b *Broker) Produce(req ProduceRequest) <-chan ProduceResponse {
-	out := make(chan ProduceResponse, 1)
-	required := make(map[tpKey]int64, len(req.Records))
-	appendErr := make(map[tpKey]string)
-	for tp, recs := range req.Records {
-		if end, e := b.Append(tp, recs); e != errNone {
-			appendErr[tp] = e
-		} else {
-			required[tp] = end
+// ProduceRequest writes record batches to partitions. Acks is -1 (all
+// in-sync replicas: the request waits in the produce purgatory), or 0 or 1
+// (the leader alone: answered at once).
+type ProduceRequest struct {
+	Partitions []ProducePartition // each partition at most once
+	Acks       int
+	Timeout    time.Duration
+}
+
+// ProduceFunc appends the batches and calls respond once with the answer:
+// at once for acks 0 and 1, and for acks=all when every partition is
+// replicated, has failed, or the timeout passes. respond may run on another
+// goroutine (a follower's, the reaper's), under the operation's lock: it
+// must not block.
+func (b *Broker) ProduceFunc(req ProduceRequest, respond func(ProduceResponse)) {
+	d := &DelayedProduce{broker: b, respond: respond, started: time.Now()}
+	closing := b.closed.Load()
+	waiting := false
+	for _, pp := range req.Partitions {
+		st := &produceStatus{tp: pp.TP}
+		d.status = append(d.status, st)
+		switch {
+		case b.partitions[pp.TP] == nil:
+			st.settle(errUnknownPartition, "")
+		case closing:
+			st.settle(errBrokerClosing, "the broker is shutting down")
+		case req.Acks != -1 && req.Acks != 0 && req.Acks != 1:
+			st.settle(kerr.InvalidRequiredAcks, "")
+		default:
+			rb, e, msg := parseBatch(pp.Batch)
+			if e != nil {
+				st.settle(e, msg)
+				continue
+			}
+			base, end, e := b.Append(pp.TP, pp.Batch, rb.NumRecords)
+			if e != nil {
+				st.settle(e, "")
+				continue
+			}
+			st.base, st.required = base, end
+			waiting = true
 		}
 	}
-	respond := func(r ProduceResponse) { out <- r }
-	d := NewDelayedProduce(b, req.Timeout, required, appendErr, respond)
-	if req.Acks != -1 || len(required) == 0 {
+	d.Init(d, req.Timeout)
+	d.refused = closing
+	if req.Acks != -1 || !waiting {
 		// Nothing to wait for: answer with the leader's offsets.
-		for tp := range required {
-			d.status[tp].err = errNone
+		for _, st := range d.status {
+			if !st.settled {
+				st.settle(nil, "")
+			}
 		}
 		d.ForceComplete()
-		return out
+		return
 	}
 	if _, err := b.produce.TryCompleteElseWatch(d, d.Keys()...); err != nil {
-		b.refuse(d, err)
+		// Only a closing broker refuses (ErrShutdown). The records are in
+		// the log, but no replica will acknowledge them now.
+		for _, st := range d.status {
+			if !st.settled {
+				st.settle(errBrokerClosing, "the broker is shutting down")
+			}
+		}
+		d.refused = true
+		d.ForceComplete()
 	}
+}
+
+// Produce is ProduceFunc answering on a channel.
+func (b *Broker) Produce(req ProduceRequest) <-chan ProduceResponse {
+	out := make(chan ProduceResponse, 1)
+	b.ProduceFunc(req, func(r ProduceResponse) { out <- r })
 	return out
+}
+
+// FetchPartitionRequest is one partition's part of a fetch.
+type FetchPartitionRequest struct {
+	TP       tpKey
+	Offset   int64
+	MaxBytes int64 // at most this much of the partition; 0: the request's MaxBytes
 }
 
 // FetchRequest reads from offsets, waiting up to MaxWait for MinBytes.
 type FetchRequest struct {
-	Offsets   map[tpKey]int64
-	MinBytes  int64
-	MaxBytes  int64
-	MaxWait   time.Duration
-	Committed bool // read only below the high watermark, as consumers do
+	Partitions []FetchPartitionRequest // each partition at most once
+	MinBytes   int64
+	MaxBytes   int64 // for the whole response; <= 0: 1 MiB
+	MaxWait    time.Duration
+	Committed  bool // read only below the high watermark, as consumers do
 }
 
-// Fetch returns a channel that receives the answer once, and the operation,
-// so that a caller who gives up (a client that went away) can complete it
-// early with ForceComplete instead of leaving it parked until its timeout.
-func (b *Broker) Fetch(req FetchRequest) (<-chan FetchResponse, *DelayedFetch) {
-	out := make(chan FetchResponse, 1)
+// FetchFunc parks a fetch and returns it, so that a caller who gives up (a
+// client that went away) can complete it early with ForceComplete instead
+// of leaving it parked until its timeout. respond is called once, as for
+// ProduceFunc.
+func (b *Broker) FetchFunc(req FetchRequest, respond func(FetchResponse)) *DelayedFetch {
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = 1 << 20
 	}
-	f := NewDelayedFetch(b, req.Offsets, req.MinBytes, req.MaxBytes, req.MaxWait, req.Committed,
-		func(r FetchResponse) { out <- r })
-	if _, err := b.fetch.TryCompleteElseWatch(f, f.Keys()...); err != nil {
-		f.ForceComplete() // not parked (the broker is closing): answer with what is there
+	f := &DelayedFetch{broker: b, req: req, respond: respond, started: time.Now()}
+	f.Init(f, req.MaxWait)
+	if len(req.Partitions) == 0 {
+		f.ForceComplete()
+		return f
 	}
-	return out, f
+	if _, err := b.fetch.TryCompleteElseWatch(f, f.Keys()...); err != nil {
+		// Not parked (the broker is closing): answer with what is there.
+		f.refused = true
+		f.ForceComplete()
+	}
+	return f
 }
 
-// refuse answers a produce the purgatory would not take: after shutdown
-// every partition gets BROKER_NOT_AVAILABLE.
-func (b *Broker) refuse(d *DelayedProduce, err error) {
-	code := errInvalidRequest
-	if errors.Is(err, purgatory.ErrShutdown) {
-		code = errBrokerShuttingDwn
-	}
-	for _, st := range d.status {
-		if st.err == "" {
-			st.err = code
-		}
-	}
-	d.ForceComplete()
+// Fetch is FetchFunc answering on a channel.
+func (b *Broker) Fetch(req FetchRequest) (<-chan FetchResponse, *DelayedFetch) {
+	out := make(chan FetchResponse, 1)
+	f := b.FetchFunc(req, func(r FetchResponse) { out <- r })
+	return out, f
 }

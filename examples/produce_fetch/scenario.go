@@ -25,7 +25,12 @@ type ScenarioConfig struct {
 	ProduceTimeout time.Duration
 	MaxWait        time.Duration // consumers' fetch max wait
 	MinBytes       int64
-	Progress       io.Writer // a live one-line progress display; nil for none
+	ReplicaLagMax  time.Duration // see BrokerConfig; 0 keeps followers in sync
+	Progress       io.Writer     // progress display; nil for none
+	// ProgressLive redraws one line in place with \r, for a terminal;
+	// otherwise a plain line is written every ProgressEvery [1s].
+	ProgressLive  bool
+	ProgressEvery time.Duration
 }
 
 // Summary is what a scenario run reports.
@@ -36,9 +41,12 @@ type Summary struct {
 	ExpiredWithTimedOut int // expired produces whose response had REQUEST_TIMED_OUT
 }
 
+// kindSummary counts one kind of request by how it was answered: completed
+// before its timeout, expired, or refused without being parked (the broker
+// was closing). The three add up to Requests.
 type kindSummary struct {
-	Requests, CompletedEarly, Expired int
-	P50, P99, Max                     time.Duration
+	Requests, CompletedEarly, Expired, Refused int
+	P50, P99, Max                              time.Duration
 }
 
 type recorder struct {
@@ -46,15 +54,19 @@ type recorder struct {
 	latencies []time.Duration
 	early     int
 	expired   int
+	refused   int
 }
 
-func (r *recorder) add(lat time.Duration, expired bool) {
+func (r *recorder) add(lat time.Duration, expired, refused bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.latencies = append(r.latencies, lat)
-	if expired {
+	switch {
+	case refused:
+		r.refused++
+	case expired:
 		r.expired++
-	} else {
+	default:
 		r.early++
 	}
 }
@@ -62,7 +74,7 @@ func (r *recorder) add(lat time.Duration, expired bool) {
 func (r *recorder) summary() kindSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := kindSummary{Requests: len(r.latencies), CompletedEarly: r.early, Expired: r.expired}
+	s := kindSummary{Requests: len(r.latencies), CompletedEarly: r.early, Expired: r.expired, Refused: r.refused}
 	if n := len(r.latencies); n > 0 {
 		l := slices.Clone(r.latencies)
 		slices.Sort(l)
@@ -71,17 +83,29 @@ func (r *recorder) summary() kindSummary {
 	return s
 }
 
+// newBroker builds the broker the flags describe, the scenario's and the
+// servers' alike: with the slow follower, follower 1 of the first
+// partition, lagging SlowLag.
+func (c ScenarioConfig) newBroker() (*Broker, error) {
+	b, err := NewBroker(BrokerConfig{Topics: c.Topics, Partitions: c.Partitions, Replicas: c.Replicas, Lag: c.Lag,
+		ReplicaLagMax: c.ReplicaLagMax})
+	if err != nil {
+		return nil, err
+	}
+	if c.Replicas > 0 {
+		_ = b.SetFollower(b.Partitions()[0], 1, c.SlowLag, false)
+	}
+	return b, nil
+}
+
 // RunScenario runs the demo and returns its summary. Every request it sends
 // is answered before it returns: completed early or expired.
 func RunScenario(c ScenarioConfig) (Summary, error) {
-	b, err := NewBroker(BrokerConfig{Topics: c.Topics, Partitions: c.Partitions, Replicas: c.Replicas, Lag: c.Lag})
+	b, err := c.newBroker()
 	if err != nil {
 		return Summary{}, err
 	}
 	parts := b.Partitions()
-	if c.Replicas > 0 {
-		_ = b.SetFollower(parts[0], 1, c.SlowLag, false)
-	}
 	var prod, fetch recorder
 	var timedOut atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), c.Duration)
@@ -100,18 +124,20 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 				return
 			case <-tick.C:
 			}
-			recs := map[tpKey][][]byte{}
-			for range 1 + rand.IntN(2) {
-				tp := parts[rand.IntN(len(parts))]
-				recs[tp] = append(recs[tp], fmt.Appendf(nil, "record-%d", i))
+			req := ProduceRequest{Acks: -1, Timeout: c.ProduceTimeout}
+			first := rand.IntN(len(parts))
+			for j := range 1 + rand.IntN(min(2, len(parts))) {
+				tp := parts[(first+j)%len(parts)]
+				batch := encodeBatch([][]byte{fmt.Appendf(nil, "record-%d", i)}, time.Now())
+				req.Partitions = append(req.Partitions, ProducePartition{TP: tp, Batch: batch})
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp := <-b.Produce(ProduceRequest{Records: recs, Acks: -1, Timeout: c.ProduceTimeout})
-				prod.add(resp.Latency, resp.Expired)
+				resp := <-b.Produce(req)
+				prod.add(resp.Latency, resp.Expired, resp.Refused)
 				for _, r := range resp.Partitions {
-					if resp.Expired && r.Error == errRequestTimedOut {
+					if resp.Expired && r.Err == errRequestTimedOut {
 						timedOut.Add(1)
 						break
 					}
@@ -127,11 +153,11 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 			defer wg.Done()
 			offset := int64(0)
 			for ctx.Err() == nil {
-				ch, _ := b.Fetch(FetchRequest{Offsets: map[tpKey]int64{tp: offset}, MinBytes: c.MinBytes,
-					MaxWait: c.MaxWait, Committed: true})
+				ch, _ := b.Fetch(FetchRequest{Partitions: []FetchPartitionRequest{{TP: tp, Offset: offset}},
+					MinBytes: c.MinBytes, MaxWait: c.MaxWait, Committed: true})
 				resp := <-ch
-				fetch.add(resp.Latency, resp.Expired)
-				offset = resp.Partitions[tp.String()].NextOffset
+				fetch.add(resp.Latency, resp.Expired, resp.Refused)
+				offset = nextOffset(resp.Partitions[0].Batches, offset)
 			}
 		}()
 	}
@@ -144,44 +170,56 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 		go func() {
 			defer pwg.Done()
 			start := time.Now()
-			t := time.NewTicker(200 * time.Millisecond)
+			every, prefix, suffix := c.ProgressEvery, "", "\n"
+			if every <= 0 {
+				every = time.Second
+			}
+			if c.ProgressLive {
+				every, prefix, suffix = 200*time.Millisecond, "\r", " "
+			}
+			t := time.NewTicker(every)
 			defer t.Stop()
 			for {
 				select {
 				case <-done:
-					fmt.Fprintln(c.Progress)
+					if c.ProgressLive {
+						fmt.Fprintln(c.Progress)
+					}
 					return
 				case <-t.C:
 				}
-				ps, fs := b.Stats()
-				fmt.Fprintf(c.Progress, "\r%5.1fs  produce: %6d answered, %4d parked, %5d expired | fetch: %6d answered, %4d parked ",
-					time.Since(start).Seconds(), ps.CompletedEarly+ps.Expired, ps.Pending, ps.Expired,
-					fs.CompletedEarly+fs.Expired, fs.Pending)
+				st := b.Stats()
+				ps, fs := st.Produce, st.Fetch
+				fmt.Fprintf(c.Progress, "%s%5.1fs  produce: %6d answered, %4d parked, %5d expired | fetch: %6d answered, %4d parked%s",
+					prefix, time.Since(start).Seconds(), ps.CompletedEarly+ps.Expired, ps.Pending, ps.Expired,
+					fs.CompletedEarly+fs.Expired, fs.Pending, suffix)
 			}
 		}()
 	}
 
 	<-ctx.Done()
-	// Requests still parked are answered by the broker's shutdown (their
-	// timeouts fire now), then every goroutine above has its answer.
-	closeErr := b.Close(context.Background())
+	// No new requests now; the ones in flight finish on their own (within
+	// the produce timeout or the max wait), so that every expiry counted is
+	// a real timeout. Closing the broker first would expire them early, at
+	// shutdown, and mix those into the figures.
 	wg.Wait()
+	closeErr := b.Close(context.Background())
 	close(done)
 	pwg.Wait()
-	ps, fs := b.Stats()
-	return Summary{Produce: prod.summary(), Fetch: fetch.summary(), ProduceStats: ps, FetchStats: fs,
+	st := b.Stats()
+	return Summary{Produce: prod.summary(), Fetch: fetch.summary(), ProduceStats: st.Produce, FetchStats: st.Fetch,
 		ExpiredWithTimedOut: int(timedOut.Load())}, closeErr
 }
 
 // Print writes the summary as a table.
 func (s Summary) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "request\trequests\tcompleted early\texpired\tp50\tp99\tmax\t")
+	fmt.Fprintln(tw, "request\trequests\tcompleted early\texpired\trefused\tp50\tp99\tmax\t")
 	for _, r := range []struct {
 		name string
 		k    kindSummary
 	}{{"produce (acks=all)", s.Produce}, {"fetch", s.Fetch}} {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t%v\t%v\t\n", r.name, r.k.Requests, r.k.CompletedEarly, r.k.Expired,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t\n", r.name, r.k.Requests, r.k.CompletedEarly, r.k.Expired, r.k.Refused,
 			r.k.P50.Round(10*time.Microsecond), r.k.P99.Round(10*time.Microsecond), r.k.Max.Round(10*time.Microsecond))
 	}
 	tw.Flush()

@@ -6,7 +6,7 @@
 // purgatory (one mutex around a map of slices, one time.AfterFunc per
 // request), so that every figure can be compared within one machine.
 //
-//	go run ./examples/purgatory_perf -num 1000000 -rate 0 -timeout 1000 -pct50 50 -pct75 75
+//	cd examples && go run ./purgatory_perf -num 1000000 -rate 0 -timeout 1000 -pct50 50 -pct75 75
 package main
 
 import (

@@ -6,7 +6,7 @@ set -euo pipefail
 reps=${1:-3}
 cd "$(dirname "$0")/../.."
 bin=$(mktemp -d)/purgatory_perf
-go build -o "$bin" ./examples/purgatory_perf
+(cd examples && go build -o "$bin" ./purgatory_perf)
 declare -A args=(
   [C]="-num 1000000 -rate 0 -timeout 1000 -pct50 50 -pct75 75"
   [D]="-num 1000000 -rate 0 -timeout 200 -pct50 10000 -pct75 10000"
