@@ -88,7 +88,7 @@ func Example() {
 	// fetch-2: answered with 150 bytes
 	// fetch-2: max wait passed
 	// pending 0, completed early 1, expired 1
-	// time in purgatory, expired: n=1 p50=503ms p99=503ms max<537ms
+	// time in purgatory, expired: n=1 p50=500ms p99=500ms max=500ms
 }
 
 // Wiring CheckAndComplete to an event: the component that changes state

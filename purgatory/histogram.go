@@ -11,27 +11,33 @@ import (
 )
 
 // Histogram is a snapshot of how long operations stayed in a purgatory,
-// in fixed log-scale buckets: one below 1µs, then four per power of two up
-// to about 4.9 hours, and one above. A bucket is at most 25% wider than its
-// lower bound, and a quantile read off the histogram lies in the same bucket
-// as the true one. Histograms of any purgatories merge by adding counts.
-// The zero value is empty.
+// in fixed log-scale buckets: one below 1µs, then eight per power of two
+// up to about 4.9 hours, and one above; it also keeps the exact smallest and
+// largest duration. A bucket is at most 12.5% wider than its lower bound,
+// and a quantile read off the histogram lies in the same bucket as the true
+// one, and between Min and Max. Histograms of any purgatories merge. The
+// zero value is empty.
 type Histogram struct {
-	counts [hist.Buckets]uint64
-	sum    int64 // nanoseconds
+	s hist.Snapshot
 }
 
 // Count returns the number of durations recorded.
 func (h *Histogram) Count() uint64 {
 	var n uint64
-	for _, c := range h.counts {
+	for _, c := range h.s.Counts {
 		n += c
 	}
 	return n
 }
 
 // Sum returns the total of the durations recorded.
-func (h *Histogram) Sum() time.Duration { return time.Duration(h.sum) }
+func (h *Histogram) Sum() time.Duration { return time.Duration(h.s.Sum) }
+
+// Min returns the shortest duration recorded, or zero when h is empty.
+func (h *Histogram) Min() time.Duration { return time.Duration(max(h.s.Lo-1, 0)) }
+
+// Max returns the longest duration recorded, or zero when h is empty.
+func (h *Histogram) Max() time.Duration { return time.Duration(max(h.s.Hi-1, 0)) }
 
 // Mean returns the average duration, or zero when h is empty.
 func (h *Histogram) Mean() time.Duration {
@@ -39,13 +45,13 @@ func (h *Histogram) Mean() time.Duration {
 	if n == 0 {
 		return 0
 	}
-	return time.Duration(h.sum / int64(n))
+	return time.Duration(h.s.Sum / int64(n))
 }
 
 // Quantile returns an estimate of the q-quantile (0 <= q <= 1) of the
 // durations recorded: in the bucket holding it, where the bucket's count
-// is taken as spread evenly (a lone duration reads as the bucket's middle).
-// It returns zero for an empty histogram.
+// is taken as spread evenly (a lone duration reads as the bucket's middle),
+// and never below Min or above Max. It returns zero for an empty histogram.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	n := h.Count()
 	if n == 0 {
@@ -54,37 +60,30 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	q = min(max(q, 0), 1)
 	rank := max(math.Ceil(q*float64(n)), 1) // the rank-th smallest, from 1
 	var seen float64
-	for i, c := range h.counts {
+	for i, c := range h.s.Counts {
 		if c == 0 {
 			continue
 		}
 		if seen+float64(c) >= rank {
 			lo, hi := hist.Bounds(i)
-			if i == hist.Buckets-1 {
-				return lo // unbounded: the lower bound is all we know
-			}
+			lo, hi = max(lo, h.Min()), min(hi, h.Max())
 			frac := (rank - seen - 0.5) / float64(c)
-			return lo + time.Duration(frac*float64(hi-lo))
+			return min(max(lo+time.Duration(frac*float64(hi-lo)), lo), hi)
 		}
 		seen += float64(c)
 	}
-	return 0 // not reached
+	return h.Max() // not reached
 }
 
-// Merge adds o's counts to h.
-func (h *Histogram) Merge(o *Histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.sum += o.sum
-}
+// Merge adds o to h.
+func (h *Histogram) Merge(o *Histogram) { h.s.Add(&o.s) }
 
 // Buckets yields each bucket's upper bound and the number of durations in
 // it, in increasing order; the last bucket's bound is math.MaxInt64. It is
 // for exporting to other metrics systems (contrib/prometheus uses it).
 func (h *Histogram) Buckets() iter.Seq2[time.Duration, uint64] {
 	return func(yield func(time.Duration, uint64) bool) {
-		for i, c := range h.counts {
+		for i, c := range h.s.Counts {
 			if _, hi := hist.Bounds(i); !yield(hi, c) {
 				return
 			}
@@ -92,24 +91,14 @@ func (h *Histogram) Buckets() iter.Seq2[time.Duration, uint64] {
 	}
 }
 
-// String summarises h: count, median, 99th percentile and maximum bucket.
+// String summarises h: count, median, 99th percentile and maximum.
 func (h Histogram) String() string {
 	n := h.Count()
 	if n == 0 {
 		return "n=0"
 	}
-	return fmt.Sprintf("n=%d p50=%v p99=%v max<%v", n, round(h.Quantile(0.5)),
-		round(h.Quantile(0.99)), round(h.maxBound()))
-}
-
-func (h *Histogram) maxBound() time.Duration {
-	for i := len(h.counts) - 1; i >= 0; i-- {
-		if h.counts[i] > 0 {
-			_, hi := hist.Bounds(i)
-			return hi
-		}
-	}
-	return 0
+	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", n, round(h.Quantile(0.5)),
+		round(h.Quantile(0.99)), round(h.Max()))
 }
 
 // round keeps three significant figures, for printing.
@@ -142,19 +131,20 @@ func (t *TimeInPurgatory) All() Histogram {
 	return h
 }
 
-// MarshalJSON writes a summary of h, in nanoseconds: count, sum, mean, the
-// 50th, 90th, 99th and 99.9th percentiles, and the upper bound of the
-// highest non-empty bucket. It is what Expvar shows.
+// MarshalJSON writes a summary of h, in nanoseconds: count, sum, mean,
+// min, the 50th, 90th, 99th and 99.9th percentiles, and max. It is what
+// Expvar shows.
 func (h Histogram) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Count uint64 `json:"count"`
 		Sum   int64  `json:"sum_ns"`
 		Mean  int64  `json:"mean_ns"`
+		Min   int64  `json:"min_ns"`
 		P50   int64  `json:"p50_ns"`
 		P90   int64  `json:"p90_ns"`
 		P99   int64  `json:"p99_ns"`
 		P999  int64  `json:"p999_ns"`
-		Max   int64  `json:"max_below_ns"`
-	}{h.Count(), h.sum, int64(h.Mean()), int64(h.Quantile(0.5)), int64(h.Quantile(0.9)),
-		int64(h.Quantile(0.99)), int64(h.Quantile(0.999)), int64(h.maxBound())})
+		Max   int64  `json:"max_ns"`
+	}{h.Count(), h.s.Sum, int64(h.Mean()), int64(h.Min()), int64(h.Quantile(0.5)), int64(h.Quantile(0.9)),
+		int64(h.Quantile(0.99)), int64(h.Quantile(0.999)), int64(h.Max())})
 }

@@ -304,7 +304,7 @@ func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
 	var tip TimeInPurgatory
 	for k, h := range []*Histogram{&tip.Early, &tip.Expired, &tip.ContextDone, &tip.Shutdown} {
-		p.tracker.Times(lifecycle.Kind(k), &h.counts, &h.sum)
+		p.tracker.Times(lifecycle.Kind(k), &h.s)
 	}
 	return Stats{
 		TimeInPurgatory: tip,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/purgatory-go/purgatory/purgatory"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -36,8 +37,8 @@ type ScenarioConfig struct {
 // Summary is what a scenario run reports.
 type Summary struct {
 	Produce, Fetch      kindSummary
-	ProduceStats        any
-	FetchStats          any
+	ProduceStats        purgatory.Stats
+	FetchStats          purgatory.Stats
 	ExpiredWithTimedOut int // expired produces whose response had REQUEST_TIMED_OUT
 }
 
@@ -223,5 +224,36 @@ func (s Summary) Print(w io.Writer) {
 			r.k.P50.Round(10*time.Microsecond), r.k.P99.Round(10*time.Microsecond), r.k.Max.Round(10*time.Microsecond))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "produce purgatory: %+v\nfetch purgatory:   %+v\n", s.ProduceStats, s.FetchStats)
+	printTimeInPurgatory(w, s.ProduceStats, s.FetchStats)
+	for _, p := range []struct {
+		name string
+		st   purgatory.Stats
+	}{{"produce", s.ProduceStats}, {"fetch", s.FetchStats}} {
+		fmt.Fprintf(w, "%s purgatory: pending %d, watched %d, completed early %d, expired %d, at shutdown %d, purged %d, panics %d\n",
+			p.name, p.st.Pending, p.st.Watched, p.st.CompletedEarly, p.st.Expired, p.st.Shutdown, p.st.Purged, p.st.Panics)
+	}
+}
+
+// printTimeInPurgatory writes the library's own measure of how long
+// requests were parked (Stats.TimeInPurgatory), by how they completed.
+func printTimeInPurgatory(w io.Writer, produce, fetch purgatory.Stats) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "time in purgatory	completed	n	p50	p90	p99	p99.9	")
+	for _, p := range []struct {
+		name string
+		st   purgatory.Stats
+	}{{"produce", produce}, {"fetch", fetch}} {
+		tip := p.st.TimeInPurgatory
+		for _, h := range []struct {
+			how string
+			h   *purgatory.Histogram
+		}{{"early", &tip.Early}, {"expired", &tip.Expired}, {"at shutdown", &tip.Shutdown}} {
+			if h.h.Count() == 0 {
+				continue
+			}
+			q := func(x float64) time.Duration { return h.h.Quantile(x).Round(10 * time.Microsecond) }
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%v\t%v\t\n", p.name, h.how, h.h.Count(), q(0.5), q(0.9), q(0.99), q(0.999))
+		}
+	}
+	tw.Flush()
 }

@@ -1,9 +1,11 @@
 // Package hist records durations in fixed log-scale buckets with lock-free
-// counters: four buckets per power of two from 1µs to about 4.9 hours, each
-// at most 25% wider than its lower bound. Recording is two
-// atomic adds and allocates nothing; histograms with the same buckets merge
-// by adding counts. Package purgatory records the time operations spend
-// parked, and exports snapshots.
+// counters: eight buckets per power of two from 1µs to about 4.9 hours, each
+// at most 12.5% wider than its lower bound, plus the smallest and largest
+// duration seen. Recording is two atomic adds and two loads (a
+// compare-and-swap only for a new extreme) and allocates nothing;
+// histograms with the same buckets merge by adding counts. Package
+// purgatory records the time operations spend parked, and exports
+// snapshots.
 package hist
 
 import (
@@ -16,7 +18,8 @@ import (
 const (
 	minShift = 10 // the first bucket holds [0, 1024ns)
 	octaves  = 34 // up to 2^44 ns, about 4.9 hours
-	perOct   = 4  // buckets per power of two
+	perOct   = 8  // buckets per power of two
+	subShift = 3  // log2(perOct)
 
 	// Buckets is the number of buckets, the last one unbounded.
 	Buckets = 1 + octaves*perOct + 1
@@ -31,7 +34,7 @@ func Index(d int64) int {
 	if e >= minShift+octaves {
 		return Buckets - 1
 	}
-	sub := int(d>>(e-2)) & (perOct - 1)
+	sub := int(d>>(e-subShift)) & (perOct - 1)
 	return 1 + (e-minShift)*perOct + sub
 }
 
@@ -46,7 +49,7 @@ func Bounds(i int) (lo, hi time.Duration) {
 	}
 	e := minShift + (i-1)/perOct
 	sub := int64((i - 1) % perOct)
-	return time.Duration((perOct + sub) << (e - 2)), time.Duration((perOct + sub + 1) << (e - 2))
+	return time.Duration((perOct + sub) << (e - subShift)), time.Duration((perOct + sub + 1) << (e - subShift))
 }
 
 // Counters is one histogram being recorded: safe for concurrent use, its
@@ -54,6 +57,9 @@ func Bounds(i int) (lo, hi time.Duration) {
 type Counters struct {
 	counts [Buckets]atomic.Uint64
 	sum    atomic.Int64 // nanoseconds
+	// lo and hi are the smallest and largest durations recorded, each plus
+	// one so that zero means none yet.
+	lo, hi atomic.Int64
 }
 
 // Record counts one duration of d nanoseconds (negative counts as zero).
@@ -61,12 +67,40 @@ func (c *Counters) Record(d int64) {
 	d = max(d, 0)
 	c.counts[Index(d)].Add(1)
 	c.sum.Add(d)
+	for v := c.hi.Load(); d+1 > v && !c.hi.CompareAndSwap(v, d+1); v = c.hi.Load() {
+	}
+	for v := c.lo.Load(); (v == 0 || d+1 < v) && !c.lo.CompareAndSwap(v, d+1); v = c.lo.Load() {
+	}
 }
 
-// AddTo adds c's counts and sum to counts and sum.
-func (c *Counters) AddTo(counts *[Buckets]uint64, sum *int64) {
+// Snapshot is Counters read out: plain values, merged by Add.
+type Snapshot struct {
+	Counts [Buckets]uint64
+	Sum    int64
+	Lo, Hi int64 // smallest and largest, plus one; zero when empty
+}
+
+// AddTo adds c into s.
+func (c *Counters) AddTo(s *Snapshot) {
 	for i := range c.counts {
-		counts[i] += c.counts[i].Load()
+		s.Counts[i] += c.counts[i].Load()
 	}
-	*sum += c.sum.Load()
+	s.Sum += c.sum.Load()
+	s.merge(c.lo.Load(), c.hi.Load())
+}
+
+// Add adds o into s.
+func (s *Snapshot) Add(o *Snapshot) {
+	for i, n := range o.Counts {
+		s.Counts[i] += n
+	}
+	s.Sum += o.Sum
+	s.merge(o.Lo, o.Hi)
+}
+
+func (s *Snapshot) merge(lo, hi int64) {
+	if lo != 0 && (s.Lo == 0 || lo < s.Lo) {
+		s.Lo = lo
+	}
+	s.Hi = max(s.Hi, hi)
 }

@@ -32,15 +32,38 @@ func TestIndexMatchesBounds(t *testing.T) {
 	assert.Equal(t, Buckets-1, Index(1<<62))
 }
 
-// A bucket is at most 25% wide relative to its lower bound.
+// A bucket is at most 12.5% wide relative to its lower bound.
 func TestBucketWidth(t *testing.T) {
 	for i := 1; i < Buckets-1; i++ {
 		lo, hi := Bounds(i)
-		assert.LessOrEqual(t, float64(hi-lo)/float64(lo), 0.25+1e-9, "bucket %d", i)
+		assert.LessOrEqual(t, float64(hi-lo)/float64(lo), 0.125+1e-9, "bucket %d", i)
 	}
 }
 
 func TestRecordAllocatesNothing(t *testing.T) {
 	var c Counters
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { c.Record(12345) }))
+}
+
+// Min and max follow every record, whatever the order.
+func TestExtremes(t *testing.T) {
+	var c Counters
+	var s Snapshot
+	c.AddTo(&s)
+	assert.Zero(t, s.Lo)
+	for _, d := range []int64{50, 7, 900, 0, 12} {
+		c.Record(d)
+	}
+	s = Snapshot{}
+	c.AddTo(&s)
+	assert.Equal(t, int64(0+1), s.Lo)
+	assert.Equal(t, int64(900+1), s.Hi)
+	var o Counters
+	o.Record(5000)
+	var t2 Snapshot
+	o.AddTo(&t2)
+	s.Add(&t2)
+	assert.Equal(t, int64(1), s.Lo)
+	assert.Equal(t, int64(5001), s.Hi)
+	assert.Equal(t, int64(50+7+900+12+5000), s.Sum)
 }

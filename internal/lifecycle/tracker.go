@@ -29,20 +29,20 @@ type Tracker struct {
 	// of parked operations then record their time in purgatory, by Kind.
 	// Set it before the Tracker is used.
 	Now func() int64
-	// hists are striped like the counters, fewer: each is about 1 KiB.
+	// hists are striped like the counters, fewer: each is about 2 KiB.
 	hists [histStripes][4]hist.Counters
 }
 
-const histStripes = 8
+const histStripes = 4
 
 func (t *Tracker) times(o *Op) *[4]hist.Counters {
 	return &t.hists[(uintptr(unsafe.Pointer(o))>>7)%histStripes]
 }
 
-// Times adds up the time in purgatory recorded for kind k.
-func (t *Tracker) Times(k Kind, counts *[hist.Buckets]uint64, sum *int64) {
+// Times adds the time in purgatory recorded for kind k into s.
+func (t *Tracker) Times(k Kind, s *hist.Snapshot) {
 	for i := range t.hists {
-		t.hists[i][k].AddTo(counts, sum)
+		t.hists[i][k].AddTo(s)
 	}
 }
 
