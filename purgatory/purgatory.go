@@ -6,6 +6,7 @@ import (
 	"expvar"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +32,13 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// now reads the clock parks and completions are timed by: the timer's
 	// when it is one of package timer's, so that one reading per park
 	// serves for the time in purgatory and the deadline (addAt).
-	now    func() int64
-	addAt  func(task any, now int64) error // nil: use timer.Add
-	purged atomic.Uint64
-	full   atomic.Uint64
+	now   func() int64
+	addAt func(task any, now int64) error // nil: use timer.Add
+	// leveled is levelsNever, levelsAlways or levelsAsk: whether T's
+	// operations implement Leveled[K].
+	leveled int
+	purged  atomic.Uint64
+	full    atomic.Uint64
 
 	purgeInterval int64
 	// purgedAt is the number of completions (of any kind) and cancels at
@@ -105,6 +109,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.logger = slog.Default()
 	}
 	p.tracker.OnPanic = p.recovered
+	p.leveled = leveledMode[K, T]()
 	p.tracker.MaxPending = int64(c.maxPending)
 	switch {
 	case c.noTimer:
@@ -189,6 +194,12 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) > operation.MaxKeys {
 		return false, ErrTooManyKeys
 	}
+	// The levels, for an operation watched at levels, are asked for before
+	// anything is parked: a WatchLevel that panics leaves nothing behind.
+	var levels []int64
+	if p.leveled != levelsNever {
+		levels = p.levels(op, keys)
+	}
 	if !p.tracker.Reserve() {
 		p.full.Add(1)
 		return false, ErrFull
@@ -214,7 +225,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		if stepHook != nil {
 			between = func() { p.at(stepBetweenKeys) }
 		}
-		p.watchers.Watch(h, keys, between)
+		p.watchers.Watch(h, keys, levels, between)
 	}
 	p.at(stepWatched)
 	done := lifecycle.TryCompleteLocked(o)
@@ -255,6 +266,22 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 // TryComplete takes.
 func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
 	return p.watchers.Check(key)
+}
+
+// CheckAndCompleteUpTo tries to complete the operations watching key at a
+// level up to level (see Leveled), lowest level first, and returns how
+// many it completed. Operations watching key without a level are not
+// tried: CheckAndComplete tries everything. It costs O(log n + k) for n
+// operations on key of which k are due, where CheckAndComplete costs O(n):
+// on a key that thousands of requests wait on, the difference between one
+// TryComplete per completion and thousands.
+//
+// Call it when the quantity the levels measure rises to level. Levels on a
+// key must only rise: an operation whose level was passed before it was
+// parked is completed by TryCompleteElseWatch's own TryComplete, or waits
+// for the next CheckAndCompleteUpTo.
+func (p *Purgatory[K, T]) CheckAndCompleteUpTo(key K, level int64) int {
+	return p.watchers.CheckUpTo(key, level)
 }
 
 // Watched returns the number of watch entries of pending operations,
@@ -428,3 +455,36 @@ var epoch = time.Now()
 // systemNow is the clock for purgatories whose timer is not one of package
 // timer's: monotonic nanoseconds.
 func systemNow() int64 { return int64(time.Since(epoch)) }
+
+const (
+	levelsNever  = iota // T does not implement Leveled[K]
+	levelsAlways        // T does
+	levelsAsk           // T is an interface type: ask each operation
+)
+
+// leveledMode decides once, for a concrete T, whether its operations are
+// watched at levels, so that parking does not ask each one.
+func leveledMode[K comparable, T operation.DelayedOperation]() int {
+	if reflect.TypeFor[T]().Kind() == reflect.Interface {
+		return levelsAsk
+	}
+	var zero T
+	if _, ok := any(zero).(Leveled[K]); ok {
+		return levelsAlways
+	}
+	return levelsNever
+}
+
+// levels asks op for its level on each key, or returns nil if op is not
+// Leveled.
+func (p *Purgatory[K, T]) levels(op T, keys []K) []int64 {
+	lo, ok := any(op).(Leveled[K])
+	if !ok {
+		return nil
+	}
+	levels := make([]int64, len(keys))
+	for i, k := range keys {
+		levels[i] = lo.WatchLevel(k)
+	}
+	return levels
+}

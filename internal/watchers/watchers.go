@@ -57,12 +57,20 @@ const maxFree = 8
 // list holds one key's entries in chunks: chunks never move once
 // allocated, so a hot key with hundreds of thousands of entries grows
 // without copying them, and slack is at most one chunk.
+//
+// Operations watched at a level (purgatory.Leveled) are kept apart, in lv,
+// sorted by level (see levels.go).
 type list[K comparable] struct {
 	key    K
 	chunks [][]*lifecycle.Handle // each full but the last; sizes 4, 8, ... maxChunk
 	n      int                   // entries in all chunks
-	next   *list[K]              // another key with the same hash
+	lv     []levelled            // lv[lvHead:] sorted by level; before lvHead, cleared
+	lvHead int
+	next   *list[K] // another key with the same hash
 }
+
+// empty reports whether l holds no entry, live or dead.
+func (l *list[K]) empty() bool { return l.n == 0 && len(l.lv) == l.lvHead }
 
 const maxChunk = 256
 
@@ -124,6 +132,7 @@ func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
 		clear(l.chunks[1:])
 		l.chunks = l.chunks[:1]
 	}
+	l.resetLevels()
 	l.next, sh.free = sh.free, l
 	sh.nfree++
 }
@@ -156,20 +165,26 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 	}
 }
 
-// Watch adds h to the list of each key. The caller holds the operation's
-// lock (see package purgatory). A key given twice is watched twice, as in
-// Kafka. If the operation completes meanwhile, the entries are tombstones
-// from the start and cost 8 bytes each until the next check or purge.
-// between, if not nil, runs after each key but the last (tests use it to
-// act between two keys).
-func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, between func()) {
+// Watch adds h to the list of each key; with levels (one per key), at
+// that level (see CheckUpTo). The caller holds the operation's lock (see
+// package purgatory). A key given twice is watched twice, as in Kafka. If
+// the operation completes meanwhile, the entries are tombstones from the
+// start and cost 8 bytes each (16 at a level) until the next check or
+// purge. between, if not nil, runs after each key but the last (tests use
+// it to act between two keys).
+func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func()) {
 	for i, k := range keys {
 		if i > 0 && between != nil {
 			between()
 		}
 		sh, hash := w.locate(k)
 		sh.mu.Lock()
-		sh.getOrAddLocked(hash, k).push(h)
+		l := sh.getOrAddLocked(hash, k)
+		if levels != nil {
+			l.pushLevel(levels[i], h)
+		} else {
+			l.push(h)
+		}
 		sh.mu.Unlock()
 		w.watched.Add(1)
 	}
@@ -238,15 +253,19 @@ func (l *list[K]) compactLocked(live func(*lifecycle.Op)) int {
 	l.chunks = l.chunks[:min(wc+2, len(l.chunks))]
 	dropped := l.n - kept
 	l.n = kept
-	return dropped
+	return dropped + l.compactLevelsLocked(live)
 }
 
-// each calls f for every entry, in order.
+// each calls f for every entry, in order: the plain entries, then those at
+// a level, lowest first.
 func (l *list[K]) each(f func(*lifecycle.Handle)) {
 	for _, c := range l.chunks {
 		for _, h := range c {
 			f(h)
 		}
+	}
+	for _, e := range l.lv[l.lvHead:] {
+		f(e.h)
 	}
 }
 
@@ -264,7 +283,7 @@ func (w *Watchers[K]) Check(key K) int {
 	bp := w.bufs.Get().(*[]*lifecycle.Op)
 	ops := *bp
 	dropped := l.compactLocked(func(op *lifecycle.Op) { ops = append(ops, op) })
-	if l.n == 0 {
+	if l.empty() {
 		sh.dropEmptyLocked(hash, key)
 	}
 	sh.mu.Unlock()
@@ -287,7 +306,7 @@ func (w *Watchers[K]) Check(key K) int {
 		sh.mu.Lock()
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
-			if dropped = l.compactLocked(nil); l.n == 0 {
+			if dropped = l.compactLocked(nil); l.empty() {
 				sh.dropEmptyLocked(hash, key)
 			}
 		}
@@ -308,9 +327,10 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 	if l == nil {
 		return nil
 	}
-	w.watched.Add(int64(-l.n))
+	n := l.n + len(l.lv) - l.lvHead
+	w.watched.Add(int64(-n))
 	var ops []*lifecycle.Op
-	seen := make(map[*lifecycle.Op]struct{}, l.n)
+	seen := make(map[*lifecycle.Op]struct{}, n)
 	l.each(func(h *lifecycle.Handle) {
 		if op := h.Op(); op != nil {
 			if _, dup := seen[op]; !dup {
@@ -334,7 +354,7 @@ func (w *Watchers[K]) Purge() int {
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
 				purged += l.compactLocked(nil)
-				if l.n == 0 {
+				if l.empty() {
 					empty = append(empty, l)
 				}
 			}

@@ -37,7 +37,7 @@ func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 
 // watch parks o and watches it on keys.
 func watch(w *watchers.Watchers[string], o *op, keys ...string) {
-	w.Watch(park(o, len(keys)), keys, nil)
+	w.Watch(park(o, len(keys)), keys, nil, nil)
 }
 
 func TestWatchCheckCancelPurge(t *testing.T) {
@@ -103,7 +103,7 @@ func TestCallbacksMayReenter(t *testing.T) {
 	watch(w, inner, "k")
 	outer := &reentrant{w: w, inner: inner}
 	outer.Init(outer, time.Hour)
-	w.Watch(park(outer, 1), []string{"k"}, nil)
+	w.Watch(park(outer, 1), []string{"k"}, nil, nil)
 	done := make(chan int)
 	go func() { done <- w.Check("k") }()
 	select {
@@ -173,7 +173,7 @@ func TestCompactionDropsReferences(t *testing.T) {
 	for i := range 600 {
 		o := newOp()
 		h := park(o, 1)
-		w.Watch(h, []string{"k"}, nil)
+		w.Watch(h, []string{"k"}, nil, nil)
 		if i%2 == 0 {
 			weakHandles = append(weakHandles, weak.Make(h))
 			o.ForceComplete()
