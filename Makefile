@@ -80,3 +80,37 @@ broker: deps
 
 clean:
 	$(GO) clean -testcache
+
+# contrib/prometheus is a module of its own, so that client_golang stays
+# out of the library's go.mod. The rules below only add prerequisites to
+# the targets above, so deps, build, vet, test, lint and tidy-check cover
+# it too without their recipes changing.
+CONTRIB := contrib/prometheus
+.PHONY: contrib-deps contrib-build contrib-vet contrib-test contrib-lint contrib-tidy-check
+deps: contrib-deps
+build: contrib-build
+vet: contrib-vet
+test: contrib-test
+lint: contrib-lint
+tidy-check: contrib-tidy-check
+
+contrib-deps:
+	cd $(CONTRIB) && $(GO) mod download
+
+contrib-build: contrib-deps
+	cd $(CONTRIB) && $(GO) build ./...
+
+contrib-vet: contrib-deps
+	cd $(CONTRIB) && $(GO) vet ./...
+
+contrib-test: contrib-vet
+	cd $(CONTRIB) && $(GO) test -race -count=1 -timeout 5m ./...
+
+contrib-lint: contrib-vet contrib-tidy-check
+	cd $(CONTRIB) && $(GO) run $(STATICCHECK) ./...
+
+contrib-tidy-check:
+	@cp $(CONTRIB)/go.mod /tmp/purgatory-contrib.go.mod.bak; cp $(CONTRIB)/go.sum /tmp/purgatory-contrib.go.sum.bak
+	@cd $(CONTRIB) && $(GO) mod tidy
+	@if ! git diff --quiet -- $(CONTRIB)/go.mod $(CONTRIB)/go.sum; then echo "$(CONTRIB): go.mod/go.sum drift: run go mod tidy there"; \
+		cp /tmp/purgatory-contrib.go.mod.bak $(CONTRIB)/go.mod; cp /tmp/purgatory-contrib.go.sum.bak $(CONTRIB)/go.sum; exit 1; fi

@@ -1,0 +1,221 @@
+package purgatoryprom
+
+import (
+	"errors"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/purgatory-go/purgatory/purgatory"
+)
+
+// Errors returned by Add. Check them with [errors.Is].
+var (
+	// ErrDuplicateName is returned by Add for a name already added.
+	ErrDuplicateName = errors.New("purgatoryprom: a purgatory of that name is already added")
+	// ErrInvalidName is returned by Add for an empty name or one that is
+	// not valid UTF-8. Prometheus treats an empty label value as no label,
+	// and refuses invalid UTF-8 at scrape time; refusing both at Add keeps
+	// scrapes from failing later.
+	ErrInvalidName = errors.New("purgatoryprom: purgatory name must be non-empty valid UTF-8")
+	// ErrNilSource is returned by Add for a nil Source.
+	ErrNilSource = errors.New("purgatoryprom: nil source")
+)
+
+// Source is what the collector reads: a *purgatory.Purgatory[K, T] of any
+// K and T, or anything else that reports Stats. A Purgatory is generic, so
+// the collector takes this interface rather than a concrete type.
+type Source interface {
+	Stats() purgatory.Stats
+}
+
+// Collector is a prometheus.Collector for the Stats of the purgatories
+// added to it. Create it with NewCollector.
+//
+// A Collector is safe for concurrent use by multiple goroutines.
+type Collector struct {
+	// Set by NewCollector, then only read.
+	size, delayed   *prometheus.Desc
+	counters        []counter
+	timeInPurgatory *prometheus.Desc
+	buckets         buckets
+
+	mu      sync.RWMutex
+	sources map[string]Source // guarded by mu; nil until NewCollector
+}
+
+// counter is one of the Stats counters and how to read it.
+type counter struct {
+	desc *prometheus.Desc
+	get  func(*purgatory.Stats) uint64
+}
+
+// outcomes names the TimeInPurgatory histograms in the outcome label.
+var outcomes = [...]struct {
+	label string
+	get   func(*purgatory.TimeInPurgatory) *purgatory.Histogram
+}{
+	{"early", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Early }},
+	{"expired", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Expired }},
+	{"context", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.ContextDone }},
+	{"shutdown", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Shutdown }},
+}
+
+// NewCollector returns a Collector with no purgatories. It panics if an
+// option is invalid (see WithBuckets), as prometheus.NewHistogram does for
+// bad buckets: bounds are written into the program, so a bad one is a bug
+// to catch at start-up, not an error to handle.
+func NewCollector(opts ...Option) *Collector {
+	cfg := config{bounds: DefaultBuckets()}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	b := newBuckets(cfg.bounds)
+	label := []string{"purgatory"}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, label, nil)
+	}
+	c := &Collector{
+		size: desc("purgatory_size",
+			"Watch entries of pending operations, one for each key an operation watches "+
+				"(Kafka's PurgatorySize; Kafka's also counts completed operations until a purge)."),
+		delayed: desc("purgatory_delayed_operations",
+			"Operations parked and not yet completed or cancelled (Kafka's NumDelayedOperations)."),
+		timeInPurgatory: prometheus.NewDesc("purgatory_time_in_purgatory_seconds",
+			"Time operations spent parked, from TryCompleteElseWatch to completion, "+
+				"by outcome: early, expired, context or shutdown "+
+				"(the purgatory's share of Kafka's request metric RemoteTimeMs).",
+			[]string{"purgatory", "outcome"}, nil),
+		buckets: b,
+		sources: make(map[string]Source),
+	}
+	c.counters = []counter{
+		{desc("purgatory_expires_total",
+			"Operations completed by their timeout (Kafka's ExpiresPerSec, here a counter)."),
+			func(s *purgatory.Stats) uint64 { return s.Expired }},
+		{desc("purgatory_completed_early_total",
+			"Operations completed before their timeout by TryComplete or ForceComplete, "+
+				"including those TryCompleteElseWatch completed without parking."),
+			func(s *purgatory.Stats) uint64 { return s.CompletedEarly }},
+		{desc("purgatory_context_done_total",
+			"Operations completed because the context given to operation.WithContext ended."),
+			func(s *purgatory.Stats) uint64 { return s.ContextDone }},
+		{desc("purgatory_expired_by_shutdown_total",
+			"Pending operations expired by Shutdown."),
+			func(s *purgatory.Stats) uint64 { return s.Shutdown }},
+		{desc("purgatory_cancelled_total",
+			"Operations taken out by CancelForKey, with no callback run."),
+			func(s *purgatory.Stats) uint64 { return s.Cancelled }},
+		{desc("purgatory_purged_total",
+			"Watch entries of completed operations removed by the purge (Kafka's purgeCompleted)."),
+			func(s *purgatory.Stats) uint64 { return s.Purged }},
+		{desc("purgatory_panics_total",
+			"Panics recovered in operations' callbacks and in expiry."),
+			func(s *purgatory.Stats) uint64 { return s.Panics }},
+		{desc("purgatory_full_total",
+			"Operations refused with ErrFull because WithMaxPending operations were pending."),
+			func(s *purgatory.Stats) uint64 { return s.Full }},
+	}
+	return c
+}
+
+// Add makes the collector report s, labelled purgatory=name, from the next
+// scrape on. It returns ErrDuplicateName if name is already added,
+// ErrInvalidName if it is empty or not valid UTF-8, and ErrNilSource for
+// a nil s; then nothing changes.
+func (c *Collector) Add(name string, s Source) error {
+	c.mustBeMade()
+	switch {
+	case name == "" || !utf8.ValidString(name):
+		return ErrInvalidName
+	case s == nil:
+		return ErrNilSource
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.sources[name]; ok {
+		return ErrDuplicateName
+	}
+	c.sources[name] = s
+	return nil
+}
+
+// Remove stops reporting the purgatory added as name, and reports whether
+// there was one. Its series disappear from the next scrape; a scrape
+// already reading its Stats still reports them once.
+func (c *Collector) Remove(name string) bool {
+	c.mustBeMade()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.sources[name]
+	delete(c.sources, name)
+	return ok
+}
+
+// Describe implements prometheus.Collector. It sends the same descriptors
+// whatever purgatories are added, which is what lets Add and Remove work
+// after registration.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.size
+	ch <- c.delayed
+	for _, k := range c.counters {
+		ch <- k.desc
+	}
+	ch <- c.timeInPurgatory
+}
+
+// Collect implements prometheus.Collector: it reads each purgatory's Stats
+// once and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	// Copy the sources out, then read them unlocked: Stats sums striped
+	// counters and four histograms, and an Add or Remove should not wait
+	// for that, nor for the registry to drain ch.
+	type named struct {
+		name string
+		src  Source
+	}
+	c.mu.RLock()
+	srcs := make([]named, 0, len(c.sources))
+	for name, s := range c.sources {
+		srcs = append(srcs, named{name, s})
+	}
+	c.mu.RUnlock()
+
+	for _, n := range srcs {
+		st := n.src.Stats()
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(st.Watched), n.name)
+		ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(st.Pending), n.name)
+		for _, k := range c.counters {
+			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(&st)), n.name)
+		}
+		for _, o := range outcomes {
+			h := o.get(&st.TimeInPurgatory)
+			cum, count := c.buckets.cumulative(h)
+			// Every outcome is sent, even when empty, so that its series
+			// exist from the first scrape and rate() has a starting point.
+			ch <- prometheus.MustNewConstHistogram(c.timeInPurgatory, count, sumSeconds(h), cum, n.name, o.label)
+		}
+	}
+}
+
+// sumSeconds returns h's sum in seconds. The library adds durations up in
+// an int64 of nanoseconds, which passes 292 years and turns negative
+// sooner than one might think: a broker whose fetches wait 500ms, 20,000
+// of them a second, gets there in eleven days. The durations added are
+// never negative, so read as unsigned the sum stays right twice as long,
+// and _sum never drops below zero, a fall that Prometheus's rate would
+// read as a counter reset.
+func sumSeconds(h *purgatory.Histogram) float64 {
+	s := h.Sum()
+	if s >= 0 {
+		return s.Seconds()
+	}
+	return float64(uint64(s)) / 1e9
+}
+
+func (c *Collector) mustBeMade() {
+	if c.sources == nil {
+		panic("purgatoryprom: Collector not created with NewCollector")
+	}
+}
