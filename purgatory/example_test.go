@@ -199,13 +199,13 @@ func ExamplePurgatory_Expvar() {
 		TimeInPurgatory struct {
 			Expired struct {
 				Count int   `json:"count"`
-				Sum   int64 `json:"sum_ns"`
+				Sum   int64 `json:"sum_us"`
 			}
 		}
 	}
 	_ = json.Unmarshal([]byte(expvar.Get("example.purgatory.fetch").String()), &st)
 	fmt.Println("expired:", st.Expired, "timed:", st.TimeInPurgatory.Expired.Count,
-		"total:", time.Duration(st.TimeInPurgatory.Expired.Sum))
+		"total:", time.Duration(st.TimeInPurgatory.Expired.Sum)*time.Microsecond)
 	// Output:
 	// fetch: answered with 0 bytes
 	// fetch: max wait passed
@@ -229,7 +229,7 @@ func ExampleHistogram_Quantile() {
 		mt.Advance(time.Millisecond)
 		p.CheckAndComplete(fmt.Sprint(i))
 	}
-	h := p.Stats().TimeInPurgatory.Early
+	h := p.Stats().TimeInPurgatory.CompletedEarly
 	fmt.Println("count:", h.Count(), "mean:", h.Mean())
 	fmt.Println("p50 within a bucket of 50ms:", h.Quantile(0.5) >= 50*time.Millisecond*3/4 && h.Quantile(0.5) <= 50*time.Millisecond*5/4)
 	// Output:

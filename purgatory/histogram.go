@@ -30,8 +30,20 @@ func (h *Histogram) Count() uint64 {
 	return n
 }
 
-// Sum returns the total of the durations recorded.
-func (h *Histogram) Sum() time.Duration { return time.Duration(h.s.Sum) }
+// Sum returns the total of the durations recorded, each rounded to the
+// microsecond. It saturates at the largest Duration, 292 years; SumSeconds
+// does not.
+func (h *Histogram) Sum() time.Duration {
+	if h.s.SumUs > math.MaxInt64/1000 {
+		return math.MaxInt64
+	}
+	return time.Duration(h.s.SumUs * 1000)
+}
+
+// SumSeconds returns the total of the durations recorded, in seconds, as
+// Prometheus and other exporters want it. The total is kept in
+// microseconds and lasts 584,000 years of summed time.
+func (h *Histogram) SumSeconds() float64 { return float64(h.s.SumUs) / 1e6 }
 
 // Min returns the shortest duration recorded, or zero when h is empty.
 func (h *Histogram) Min() time.Duration { return time.Duration(max(h.s.Lo-1, 0)) }
@@ -45,7 +57,7 @@ func (h *Histogram) Mean() time.Duration {
 	if n == 0 {
 		return 0
 	}
-	return time.Duration(h.s.Sum / int64(n))
+	return time.Duration(h.s.SumUs / n * 1000)
 }
 
 // Quantile returns an estimate of the q-quantile (0 <= q <= 1) of the
@@ -79,8 +91,11 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 func (h *Histogram) Merge(o *Histogram) { h.s.Add(&o.s) }
 
 // Buckets yields each bucket's upper bound and the number of durations in
-// it, in increasing order; the last bucket's bound is math.MaxInt64. It is
-// for exporting to other metrics systems (contrib/prometheus uses it).
+// it, in increasing order. A bucket holds durations from the previous
+// bound up to but not including its own (Prometheus's le bounds include
+// theirs: a duration exactly on a bound counts in the next bucket here);
+// the last bucket's bound is math.MaxInt64. It is for exporting to other
+// metrics systems (contrib/prometheus uses it).
 func (h *Histogram) Buckets() iter.Seq2[time.Duration, uint64] {
 	return func(yield func(time.Duration, uint64) bool) {
 		for i, c := range h.s.Counts {
@@ -113,31 +128,44 @@ func round(d time.Duration) time.Duration {
 
 // TimeInPurgatory holds how long operations were parked before they
 // completed, from TryCompleteElseWatch to the completion, one histogram for
-// each way of completing. Operations completed by TryCompleteElseWatch's own
-// TryComplete count in Early with the time that call took.
+// each way of completing, named as Stats names the counts. Operations
+// completed by TryCompleteElseWatch's own TryComplete count in
+// CompletedEarly with the time that call took. Within one histogram the
+// count and the sum are read apart, so while operations complete they may
+// be one duration apart.
 type TimeInPurgatory struct {
-	Early       Histogram // completed by TryComplete or ForceComplete
-	Expired     Histogram // by their timeout
-	ContextDone Histogram // by their context
-	Shutdown    Histogram // by Shutdown
+	CompletedEarly Histogram // by TryComplete or ForceComplete
+	Expired        Histogram // by their timeout
+	ContextDone    Histogram // by their context
+	Shutdown       Histogram // by Shutdown
 }
 
-// All returns the four histograms merged.
-func (t *TimeInPurgatory) All() Histogram {
+// All yields each histogram with a short name for its outcome: "early",
+// "expired", "context" and "shutdown", in that order. Exporters use it to
+// label them, and so see a histogram added later without a change.
+func (t *TimeInPurgatory) All() iter.Seq2[string, *Histogram] {
+	return func(yield func(string, *Histogram) bool) {
+		_ = yield("early", &t.CompletedEarly) && yield("expired", &t.Expired) &&
+			yield("context", &t.ContextDone) && yield("shutdown", &t.Shutdown)
+	}
+}
+
+// Merged returns the four histograms merged into one.
+func (t *TimeInPurgatory) Merged() Histogram {
 	var h Histogram
-	for _, x := range []*Histogram{&t.Early, &t.Expired, &t.ContextDone, &t.Shutdown} {
+	for _, x := range t.All() {
 		h.Merge(x)
 	}
 	return h
 }
 
-// MarshalJSON writes a summary of h, in nanoseconds: count, sum, mean,
-// min, the 50th, 90th, 99th and 99.9th percentiles, and max. It is what
-// Expvar shows.
+// MarshalJSON writes a summary of h: count, sum (in microseconds), and in
+// nanoseconds mean, min, the 50th, 90th, 99th and 99.9th percentiles, and
+// max. It is what Expvar shows.
 func (h Histogram) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Count uint64 `json:"count"`
-		Sum   int64  `json:"sum_ns"`
+		Sum   uint64 `json:"sum_us"`
 		Mean  int64  `json:"mean_ns"`
 		Min   int64  `json:"min_ns"`
 		P50   int64  `json:"p50_ns"`
@@ -145,6 +173,6 @@ func (h Histogram) MarshalJSON() ([]byte, error) {
 		P99   int64  `json:"p99_ns"`
 		P999  int64  `json:"p999_ns"`
 		Max   int64  `json:"max_ns"`
-	}{h.Count(), h.s.Sum, int64(h.Mean()), int64(h.Min()), int64(h.Quantile(0.5)), int64(h.Quantile(0.9)),
+	}{h.Count(), h.s.SumUs, int64(h.Mean()), int64(h.Min()), int64(h.Quantile(0.5)), int64(h.Quantile(0.9)),
 		int64(h.Quantile(0.99)), int64(h.Quantile(0.999)), int64(h.Max())})
 }

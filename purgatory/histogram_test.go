@@ -2,6 +2,7 @@ package purgatory_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -33,16 +34,22 @@ func TestTimeInPurgatory(t *testing.T) {
 	require.NoError(t, p.Shutdown(context.Background()))
 
 	tip := p.Stats().TimeInPurgatory
-	assert.Equal(t, uint64(1), tip.Early.Count())
-	assert.Equal(t, 30*time.Millisecond, tip.Early.Sum())
-	assertInBucketOf(t, 30*time.Millisecond, tip.Early.Quantile(0.5))
+	assert.Equal(t, uint64(1), tip.CompletedEarly.Count())
+	assert.Equal(t, 30*time.Millisecond, tip.CompletedEarly.Sum())
+	assertInBucketOf(t, 30*time.Millisecond, tip.CompletedEarly.Quantile(0.5))
 	assert.Equal(t, 200*time.Millisecond, tip.Expired.Sum())
 	assertInBucketOf(t, 200*time.Millisecond, tip.Expired.Quantile(0.99))
 	assert.Equal(t, 5*time.Second, tip.Shutdown.Sum())
 	assert.Equal(t, uint64(0), tip.ContextDone.Count())
-	all := tip.All()
+	all := tip.Merged()
 	assert.Equal(t, uint64(3), all.Count())
 	assert.Equal(t, 5230*time.Millisecond, all.Sum())
+	assert.Equal(t, 5.23, all.SumSeconds())
+	var names []string
+	for name, h := range tip.All() {
+		names = append(names, fmt.Sprintf("%s=%d", name, h.Count()))
+	}
+	assert.Equal(t, []string{"early=1", "expired=1", "context=0", "shutdown=1"}, names)
 }
 
 // assertInBucketOf checks that got is within a bucket's width (12.5%) of
@@ -82,7 +89,7 @@ func TestHistogramQuantiles(t *testing.T) {
 				at = d
 				ops[i].ForceComplete()
 			}
-			h := p.Stats().TimeInPurgatory.Early
+			h := p.Stats().TimeInPurgatory.CompletedEarly
 			require.Equal(t, uint64(len(ds)), h.Count())
 			assert.Equal(t, ds[0], h.Min())
 			assert.Equal(t, ds[len(ds)-1], h.Max())
@@ -92,7 +99,7 @@ func TestHistogramQuantiles(t *testing.T) {
 				assert.InEpsilon(t, float64(want), float64(got), 0.125, "q=%v: want %v, got %v", q, want, got)
 			}
 			var halves purgatory.Histogram
-			half := p.Stats().TimeInPurgatory.Early
+			half := p.Stats().TimeInPurgatory.CompletedEarly
 			halves.Merge(&half)
 			halves.Merge(&half)
 			assert.Equal(t, 2*h.Count(), halves.Count())

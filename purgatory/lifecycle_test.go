@@ -431,7 +431,7 @@ func checkTimes(t testing.TB, st purgatory.Stats) {
 		h    *purgatory.Histogram
 		want uint64
 	}{
-		{"early", &tip.Early, st.CompletedEarly},
+		{"early", &tip.CompletedEarly, st.CompletedEarly},
 		{"expired", &tip.Expired, st.Expired},
 		{"context", &tip.ContextDone, st.ContextDone},
 		{"shutdown", &tip.Shutdown, st.Shutdown},

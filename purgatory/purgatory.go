@@ -330,7 +330,7 @@ func (p *Purgatory[K, T]) CancelForKey(key K) []T {
 func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
 	var tip TimeInPurgatory
-	for k, h := range []*Histogram{&tip.Early, &tip.Expired, &tip.ContextDone, &tip.Shutdown} {
+	for k, h := range []*Histogram{&tip.CompletedEarly, &tip.Expired, &tip.ContextDone, &tip.Shutdown} {
 		p.tracker.Times(lifecycle.Kind(k), &h.s)
 	}
 	return Stats{

@@ -247,7 +247,7 @@ func printTimeInPurgatory(w io.Writer, produce, fetch purgatory.Stats) {
 		for _, h := range []struct {
 			how string
 			h   *purgatory.Histogram
-		}{{"early", &tip.Early}, {"expired", &tip.Expired}, {"at shutdown", &tip.Shutdown}} {
+		}{{"early", &tip.CompletedEarly}, {"expired", &tip.Expired}, {"at shutdown", &tip.Shutdown}} {
 			if h.h.Count() == 0 {
 				continue
 			}

@@ -51,19 +51,19 @@ func TestExtremes(t *testing.T) {
 	var s Snapshot
 	c.AddTo(&s)
 	assert.Zero(t, s.Lo)
-	for _, d := range []int64{50, 7, 900, 0, 12} {
+	for _, d := range []int64{50_000, 7_400, 900_600, 0, 12_000} {
 		c.Record(d)
 	}
 	s = Snapshot{}
 	c.AddTo(&s)
 	assert.Equal(t, int64(0+1), s.Lo)
-	assert.Equal(t, int64(900+1), s.Hi)
+	assert.Equal(t, int64(900_600+1), s.Hi)
 	var o Counters
-	o.Record(5000)
+	o.Record(5_000_000)
 	var t2 Snapshot
 	o.AddTo(&t2)
 	s.Add(&t2)
 	assert.Equal(t, int64(1), s.Lo)
-	assert.Equal(t, int64(5001), s.Hi)
-	assert.Equal(t, int64(50+7+900+12+5000), s.Sum)
+	assert.Equal(t, int64(5_000_001), s.Hi)
+	assert.Equal(t, uint64(50+7+901+12+5000), s.SumUs, "microseconds, each rounded")
 }
