@@ -1,10 +1,11 @@
 # purgatory-go: every target installs what it needs through the Go module proxy.
-# Two modules: the library (.) and examples/, which has its own go.mod so that
-# what the examples need (franz-go) stays out of the library's dependencies.
-# Targets that build, vet, test or lint run in both.
+# Three modules: the library (.), examples/ and contrib/prometheus, each with
+# its own go.mod so that what the examples need (franz-go) and what the
+# collector needs (client_golang) stay out of the library's dependencies.
+# Targets that build, vet, test or lint run in all three.
 GO        ?= go
 PKGS      := ./...
-MODULES   := . examples
+MODULES   := . examples contrib/prometheus
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); done
 FUZZTIME  ?= 30s
@@ -80,37 +81,3 @@ broker: deps
 
 clean:
 	$(GO) clean -testcache
-
-# contrib/prometheus is a module of its own, so that client_golang stays
-# out of the library's go.mod. The rules below only add prerequisites to
-# the targets above, so deps, build, vet, test, lint and tidy-check cover
-# it too without their recipes changing.
-CONTRIB := contrib/prometheus
-.PHONY: contrib-deps contrib-build contrib-vet contrib-test contrib-lint contrib-tidy-check
-deps: contrib-deps
-build: contrib-build
-vet: contrib-vet
-test: contrib-test
-lint: contrib-lint
-tidy-check: contrib-tidy-check
-
-contrib-deps:
-	cd $(CONTRIB) && $(GO) mod download
-
-contrib-build: contrib-deps
-	cd $(CONTRIB) && $(GO) build ./...
-
-contrib-vet: contrib-deps
-	cd $(CONTRIB) && $(GO) vet ./...
-
-contrib-test: contrib-vet
-	cd $(CONTRIB) && $(GO) test -race -count=1 -timeout 5m ./...
-
-contrib-lint: contrib-vet contrib-tidy-check
-	cd $(CONTRIB) && $(GO) run $(STATICCHECK) ./...
-
-contrib-tidy-check:
-	@cp $(CONTRIB)/go.mod /tmp/purgatory-contrib.go.mod.bak; cp $(CONTRIB)/go.sum /tmp/purgatory-contrib.go.sum.bak
-	@cd $(CONTRIB) && $(GO) mod tidy
-	@if ! git diff --quiet -- $(CONTRIB)/go.mod $(CONTRIB)/go.sum; then echo "$(CONTRIB): go.mod/go.sum drift: run go mod tidy there"; \
-		cp /tmp/purgatory-contrib.go.mod.bak $(CONTRIB)/go.mod; cp /tmp/purgatory-contrib.go.sum.bak $(CONTRIB)/go.sum; exit 1; fi

@@ -51,17 +51,6 @@ type counter struct {
 	get  func(*purgatory.Stats) uint64
 }
 
-// outcomes names the TimeInPurgatory histograms in the outcome label.
-var outcomes = [...]struct {
-	label string
-	get   func(*purgatory.TimeInPurgatory) *purgatory.Histogram
-}{
-	{"early", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Early }},
-	{"expired", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Expired }},
-	{"context", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.ContextDone }},
-	{"shutdown", func(t *purgatory.TimeInPurgatory) *purgatory.Histogram { return &t.Shutdown }},
-}
-
 // NewCollector returns a Collector with no purgatories. It panics if an
 // option is invalid (see WithBuckets), as prometheus.NewHistogram does for
 // bad buckets: bounds are written into the program, so a bad one is a bug
@@ -189,29 +178,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range c.counters {
 			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(&st)), n.name)
 		}
-		for _, o := range outcomes {
-			h := o.get(&st.TimeInPurgatory)
+		// The outcome label is the library's name for each histogram. Every
+		// outcome is sent, even when empty, so that its series exist from
+		// the first scrape and rate() has a starting point.
+		for outcome, h := range st.TimeInPurgatory.All() {
 			cum, count := c.buckets.cumulative(h)
-			// Every outcome is sent, even when empty, so that its series
-			// exist from the first scrape and rate() has a starting point.
-			ch <- prometheus.MustNewConstHistogram(c.timeInPurgatory, count, sumSeconds(h), cum, n.name, o.label)
+			ch <- prometheus.MustNewConstHistogram(c.timeInPurgatory, count, h.SumSeconds(), cum, n.name, outcome)
 		}
 	}
-}
-
-// sumSeconds returns h's sum in seconds. The library adds durations up in
-// an int64 of nanoseconds, which passes 292 years and turns negative
-// sooner than one might think: a broker whose fetches wait 500ms, 20,000
-// of them a second, gets there in eleven days. The durations added are
-// never negative, so read as unsigned the sum stays right twice as long,
-// and _sum never drops below zero, a fall that Prometheus's rate would
-// read as a counter reset.
-func sumSeconds(h *purgatory.Histogram) float64 {
-	s := h.Sum()
-	if s >= 0 {
-		return s.Seconds()
-	}
-	return float64(uint64(s)) / 1e9
 }
 
 func (c *Collector) mustBeMade() {

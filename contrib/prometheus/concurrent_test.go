@@ -81,7 +81,9 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 	var accepted, refused, cancelled atomic.Int64
 	var work sync.WaitGroup
 	for w := range workers {
-		work.Go(func() {
+		work.Add(1)
+		go func() {
+			defer work.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 42))
 			for i := range perWorker {
 				k1, k2 := r.IntN(keys), r.IntN(keys)
@@ -120,14 +122,16 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 					cancelled.Add(int64(len(p.CancelForKey(r.IntN(keys)))))
 				}
 			}
-		})
+		}()
 	}
 
 	done := make(chan struct{})
 	var bg sync.WaitGroup
 	var scrapes atomic.Int64
 	for range 2 {
-		bg.Go(func() {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
 			prev := map[string]float64{}
 			for {
 				got, err := scrape(reg, "hammer")
@@ -147,9 +151,11 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 				default:
 				}
 			}
-		})
+		}()
 	}
-	bg.Go(func() { // a second name for the same purgatory comes and goes
+	bg.Add(1)
+	go func() {
+		defer bg.Done() // a second name for the same purgatory comes and goes
 		for {
 			assert.NoError(t, c.Add("again", p))
 			assert.True(t, c.Remove("again"))
@@ -159,7 +165,7 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 			default:
 			}
 		}
-	})
+	}()
 	work.Wait()
 	close(done)
 	bg.Wait()

@@ -52,8 +52,8 @@
 //
 // # Histogram buckets
 //
-// The library records time in purgatory in about 138 fine buckets, four
-// per power of two of nanoseconds. Exporting them all would cost 140
+// The library records time in purgatory in 274 fine buckets, eight
+// per power of two of nanoseconds. Exporting them all would cost 276
 // series per purgatory and outcome, so the collector sums them into
 // coarser Prometheus buckets. By default the bounds are the powers of two
 // from 2^13 ns (8.192µs) to 2^37 ns (about 137s), 25 of them; each is a
@@ -68,18 +68,16 @@
 //     only the library buckets that end below it: its count is a lower
 //     bound, short by the durations between the library bound below it and
 //     itself. The library's bounds are the powers of two of nanoseconds
-//     from 2^10 (1.024µs) to 2^44 (about 4.9 hours), and 1.25, 1.5 and
-//     1.75 times each of them but the last.
+//     from 2^10 (1.024µs) to 2^44 (about 4.9 hours), and 1.125, 1.25, ...
+//     1.875 times each of them but the last.
 //   - A duration exactly equal to a bound counts in the bucket above it,
 //     not in the bucket whose le is that bound as Prometheus would have
 //     it. With nanosecond durations this is rarely visible outside tests.
 //
-// The _sum is the library's sum of durations, which it keeps in an int64
-// of nanoseconds: past 292 years of accumulated time in purgatory (eleven
-// days of 20,000 fetches a second each waiting 500ms) the library's
-// Histogram.Sum turns negative. The collector reads it as unsigned, which
-// is right up to 584 years; past that _sum wraps to near zero, which
-// Prometheus's rate takes for a counter reset.
+// The _sum is Histogram.SumSeconds: the library keeps the sum in
+// microseconds, each duration rounded, which lasts 584,000 years of
+// accumulated time in purgatory (58 years of 20,000 fetches a second each
+// waiting 500ms).
 //
 // # Concurrency
 //
