@@ -154,7 +154,7 @@ func (w *Watchers[K]) CheckUpTo(key K, level int64) int {
 	ops := *bp
 	dropped := l.takeDueLocked(level, func(op *lifecycle.Op) { ops = append(ops, op) })
 	if l.empty() {
-		sh.dropEmptyLocked(hash, key)
+		w.emptiedLocked(sh, l)
 	}
 	sh.mu.Unlock()
 	w.watched.Add(int64(-dropped))
@@ -176,7 +176,7 @@ func (w *Watchers[K]) CheckUpTo(key K, level int64) int {
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
 			if dropped = l.takeDueLocked(level, nil); l.empty() {
-				sh.dropEmptyLocked(hash, key)
+				w.emptiedLocked(sh, l)
 			}
 		}
 		sh.mu.Unlock()

@@ -48,11 +48,23 @@ type shard[K comparable] struct {
 	// keys. Guarded by mu.
 	free  *list[K]
 	nfree int
-	_     [24]byte // keep neighbouring shards' locks off one cache line
+	// idle holds, in a ring, the lists that a check or the purge emptied
+	// most recently. They stay in the map until pushed out of the ring,
+	// and are removed then if they are still empty: a hot key that a check
+	// empties and the next request watches again keeps its list, where
+	// removing it at once (as Kafka's removeKeyIfEmpty does) cost a map
+	// delete and insert per request; keys used once are still removed, a
+	// few lists later. Guarded by mu.
+	idle   [maxIdle]*list[K]
+	idleAt int // next slot of the ring
 }
 
-// maxFree is how many emptied lists a shard keeps for reuse.
-const maxFree = 8
+// maxFree is how many emptied lists a shard keeps for reuse, and maxIdle
+// how many empty lists it leaves in its map.
+const (
+	maxFree = 8
+	maxIdle = 8
+)
 
 // list holds one key's entries in chunks: chunks never move once
 // allocated, so a hot key with hundreds of thousands of entries grows
@@ -67,6 +79,7 @@ type list[K comparable] struct {
 	lv     []levelled            // lv[lvHead:] sorted by level; before lvHead, cleared
 	lvHead int
 	next   *list[K] // another key with the same hash
+	idle   bool     // in its shard's ring of idle lists
 }
 
 // empty reports whether l holds no entry, live or dead.
@@ -119,6 +132,31 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	return l
 }
 
+// emptiedLocked records that l, which is in the map, has just emptied: it
+// joins the ring of idle lists, and the list it pushes out of the ring is
+// removed if it is still empty and still the map's list for its key (a
+// CancelForKey may have removed it meanwhile, and a new list taken its
+// key).
+func (w *Watchers[K]) emptiedLocked(sh *shard[K], l *list[K]) {
+	if l.idle {
+		return
+	}
+	old := sh.idle[sh.idleAt]
+	sh.idle[sh.idleAt] = l
+	sh.idleAt = (sh.idleAt + 1) % maxIdle
+	l.idle = true
+	if old == nil {
+		return
+	}
+	old.idle = false
+	if old.empty() {
+		h := maphash.Comparable(w.seed, old.key)
+		if sh.getLocked(h, old.key) == old {
+			sh.dropEmptyLocked(h, old.key)
+		}
+	}
+}
+
 // dropEmptyLocked removes key's list, which is empty, and keeps it for
 // reuse if the shard has room.
 func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
@@ -128,6 +166,7 @@ func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
 	}
 	var zero K
 	l.key = zero // do not keep the user's key reachable
+	l.idle = false
 	if len(l.chunks) > 1 {
 		clear(l.chunks[1:])
 		l.chunks = l.chunks[:1]
@@ -186,8 +225,8 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 			l.push(h)
 		}
 		sh.mu.Unlock()
-		w.watched.Add(1)
 	}
+	w.watched.Add(int64(len(keys)))
 }
 
 // push appends h. The caller holds the shard's lock.
@@ -284,7 +323,7 @@ func (w *Watchers[K]) Check(key K) int {
 	ops := *bp
 	dropped := l.compactLocked(func(op *lifecycle.Op) { ops = append(ops, op) })
 	if l.empty() {
-		sh.dropEmptyLocked(hash, key)
+		w.emptiedLocked(sh, l)
 	}
 	sh.mu.Unlock()
 	w.watched.Add(int64(-dropped))
@@ -307,7 +346,7 @@ func (w *Watchers[K]) Check(key K) int {
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
 			if dropped = l.compactLocked(nil); l.empty() {
-				sh.dropEmptyLocked(hash, key)
+				w.emptiedLocked(sh, l)
 			}
 		}
 		sh.mu.Unlock()
@@ -360,7 +399,7 @@ func (w *Watchers[K]) Purge() int {
 			}
 		}
 		for _, l := range empty {
-			sh.dropEmptyLocked(maphash.Comparable(w.seed, l.key), l.key)
+			w.emptiedLocked(sh, l)
 		}
 		sh.mu.Unlock()
 	}
