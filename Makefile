@@ -74,10 +74,12 @@ demo: deps
 	cd examples && $(GO) run ./produce_fetch
 
 # broker: the example broker speaking Kafka's protocol on 127.0.0.1:9092,
-# with the demo's topics, until Ctrl-C. It prints kcat commands to try.
+# with the demo's topics, until Ctrl-C. It prints kcat commands to try, and
+# serves its HTTP front end, with Prometheus metrics at /metrics, beside it.
 BROKER_ADDR ?= 127.0.0.1:9092
+BROKER_HTTP ?= 127.0.0.1:8080
 broker: deps
-	cd examples && $(GO) run ./produce_fetch -kafka $(BROKER_ADDR)
+	cd examples && $(GO) run ./produce_fetch -kafka $(BROKER_ADDR) -listen $(BROKER_HTTP)
 
 clean:
 	$(GO) clean -testcache

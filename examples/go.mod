@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/purgatory-go/purgatory => ..
 
 require (
-	github.com/purgatory-go/purgatory v0.0.0-00010101000000-000000000000
+	github.com/purgatory-go/purgatory v0.0.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
@@ -13,7 +13,23 @@ require (
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.66.1 // indirect
+	github.com/prometheus/procfs v0.16.1 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/sys v0.35.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/prometheus/client_golang v1.23.2
+	github.com/purgatory-go/purgatory/contrib/prometheus v0.0.0
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
+
+replace github.com/purgatory-go/purgatory/contrib/prometheus => ../contrib/prometheus

@@ -9,6 +9,12 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
 )
 
 const (
@@ -66,9 +72,10 @@ func NewServer(b *Broker, cfg HTTPConfig) *Server {
 	s.mux.HandleFunc("POST /produce", s.produce)
 	s.mux.HandleFunc("GET /fetch", s.fetch)
 	s.mux.HandleFunc("GET /debug/vars", s.vars)
+	s.mux.Handle("GET /metrics", metricsHandler(b))
 	// The patterns without a method match what the ones above do not, so
 	// a wrong method gets a JSON 405 instead of the mux's plain text.
-	for path, allow := range map[string]string{"/produce": "POST", "/fetch": "GET, HEAD", "/debug/vars": "GET, HEAD"} {
+	for path, allow := range map[string]string{"/produce": "POST", "/fetch": "GET, HEAD", "/debug/vars": "GET, HEAD", "/metrics": "GET, HEAD"} {
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: allowed methods are %s", r.Method, path, allow))
@@ -296,4 +303,16 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// metricsHandler serves both purgatories' Stats to Prometheus, under
+// Kafka's metric names (contrib/prometheus), with the Go runtime's own
+// metrics beside them.
+func metricsHandler(b *Broker) http.Handler {
+	c := purgatoryprom.NewCollector()
+	_ = c.Add("Produce", b.produce) // the names are fixed and distinct
+	_ = c.Add("Fetch", b.fetch)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector())
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -158,6 +158,38 @@ func TestHTTPDebugVarsShowsStats(t *testing.T) {
 	assert.Contains(t, body, "memstats")
 }
 
+// /metrics serves both purgatories under Kafka's names, and moves with
+// them: a fetch parked and answered shows in the counts and the
+// time-in-purgatory histogram.
+func TestHTTPMetrics(t *testing.T) {
+	base, _, _ := startServer(t, 0)
+	scrape := func() string {
+		resp, err := http.Get(base + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	before := scrape()
+	for _, want := range []string{
+		`purgatory_delayed_operations{purgatory="Produce"} 0`,
+		`purgatory_delayed_operations{purgatory="Fetch"} 0`,
+		`purgatory_size{purgatory="Fetch"} 0`,
+		`purgatory_expires_total{purgatory="Fetch"} 0`,
+		`purgatory_time_in_purgatory_seconds_count{outcome="early",purgatory="Fetch"} 0`,
+		`go_goroutines`,
+	} {
+		assert.Contains(t, before, want)
+	}
+	code, _ := get(t, base+"/fetch?topic=t&partition=0&offset=0&max_wait_ms=1")
+	require.Equal(t, http.StatusOK, code)
+	after := scrape()
+	assert.Contains(t, after, `purgatory_time_in_purgatory_seconds_count{outcome="expired",purgatory="Fetch"} 1`)
+	assert.Contains(t, after, `purgatory_expires_total{purgatory="Fetch"} 1`)
+}
+
 // Shutting down with parked requests answers every one of them.
 func TestHTTPShutdownAnswersParkedRequests(t *testing.T) {
 	base, b, stop := startServer(t, 1)
