@@ -56,7 +56,7 @@ func (f *delayedFetch) OnExpiration() {
 func Example() {
 	mt := timer.NewMockTimer() // deterministic time for the example
 	p, err := purgatory.New[operation.TopicPartitionKey, *delayedFetch]("Fetch",
-		purgatory.WithTimer(mt), purgatory.WithoutReaper())
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
 	if err != nil {
 		panic(err)
 	}
@@ -187,7 +187,8 @@ func Example_testingWithMockTimer() {
 // purgatory as summaries in nanoseconds.
 func ExamplePurgatory_Expvar() {
 	mt := timer.NewMockTimer()
-	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
+		purgatory.WithTimeInPurgatory())
 	defer p.Shutdown(context.Background())
 	expvar.Publish("example.purgatory.fetch", p.Expvar())
 
@@ -215,7 +216,8 @@ func ExamplePurgatory_Expvar() {
 // Quantiles of the time in purgatory, for a dashboard or a log line.
 func ExampleHistogram_Quantile() {
 	mt := timer.NewMockTimer()
-	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
+		purgatory.WithTimeInPurgatory())
 	defer p.Shutdown(context.Background())
 
 	log := &partitionLog{}

@@ -25,7 +25,3 @@ func SetStepHook(f func(Step)) (restore func()) {
 	stepHook = f
 	return func() { stepHook = nil }
 }
-
-// WithoutTimes turns off the time-in-purgatory histograms, to measure what
-// they cost.
-func WithoutTimes() Option { return optionFunc(func(c *config) { c.noTimes = true }) }

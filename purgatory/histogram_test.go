@@ -121,7 +121,7 @@ func TestTimesAllocateNothing(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Shutdown(context.Background())
 	q, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(timer.NewMockTimer()),
-		purgatory.WithoutReaper(), purgatory.WithoutTimes())
+		purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
 	require.NoError(t, err)
 	defer q.Shutdown(context.Background())
 	park := func(p *pg) func() {
@@ -133,4 +133,22 @@ func TestTimesAllocateNothing(t *testing.T) {
 		}
 	}
 	assert.Equal(t, testing.AllocsPerRun(1000, park(q)), testing.AllocsPerRun(1000, park(p)))
+}
+
+// Without WithTimeInPurgatory nothing is timed, and the counts go on.
+func TestTimeInPurgatoryIsOptIn(t *testing.T) {
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[string, *mockOp]("off", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+	a, b := newOp(time.Second), newOp(time.Second)
+	mustPark(t, p, a, "k")
+	mustPark(t, p, b, "k")
+	a.ForceComplete()
+	mt.Advance(time.Second)
+	st := p.Stats()
+	assert.Equal(t, uint64(1), st.CompletedEarly)
+	assert.Equal(t, uint64(1), st.Expired)
+	all := st.TimeInPurgatory.Merged()
+	assert.Equal(t, uint64(0), all.Count())
 }

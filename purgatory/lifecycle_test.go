@@ -305,7 +305,7 @@ func TestLifecycleStorm(t *testing.T) {
 		n = 40_000 // make test runs the full storm once more without -race
 	}
 	const keys = 2000
-	p, err := purgatory.New[int, *mockOp]("storm", purgatory.WithPurgeInterval(100))
+	p, err := purgatory.New[int, *mockOp]("storm", purgatory.WithPurgeInterval(100), purgatory.WithTimeInPurgatory())
 	require.NoError(t, err)
 	before := heapAlloc()
 

@@ -56,7 +56,7 @@ type config struct {
 	leavePending  bool
 	timerOpts     []timer.Option
 	maxPending    int
-	noTimes       bool // tests: no time-in-purgatory histograms
+	times         bool
 }
 
 func (c *config) validate() error {
@@ -125,6 +125,15 @@ func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n
 // in Stats.Full. Zero, the default, means no bound; without it no shared
 // counter is touched on the request path.
 func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPending = n }) }
+
+// WithTimeInPurgatory records how long each operation stays parked, by how
+// it ends, in Stats.TimeInPurgatory. It costs one clock read per completion
+// (the park's reading is the timer's). A clock read is 35 ns in a loop of
+// its own, but in a purgatory completing a million requests a second on 2
+// cores it measured about 150 ns, 10% of a request's CPU: it waits for the
+// memory operations in flight. So it is off by default; it costs nothing
+// then. Operations are timed on the timer's clock (a MockTimer's in tests).
+func WithTimeInPurgatory() Option { return optionFunc(func(c *config) { c.times = true }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending
 // operations are left as they are, neither completed nor expired. The

@@ -75,8 +75,9 @@ type Stats struct {
 	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
 
 	// TimeInPurgatory is how long operations were parked, by how they
-	// completed. It is measured on the purgatory's timer's clock (a
-	// MockTimer's, in tests) or, for other timers, the system's.
+	// completed, with WithTimeInPurgatory (empty without). It is measured
+	// on the purgatory's timer's clock (a MockTimer's, in tests) or, for
+	// other timers, the system's.
 	TimeInPurgatory TimeInPurgatory
 }
 
@@ -144,7 +145,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	if p.now == nil {
 		p.now = systemNow
 	}
-	if !c.noTimes {
+	if c.times {
 		p.tracker.Now = p.now
 	}
 	if c.noReaper {

@@ -34,7 +34,8 @@ type pg = purgatory.Purgatory[string, *mockOp]
 func newMockPurgatory(t *testing.T, opts ...purgatory.Option) (*pg, *timer.MockTimer) {
 	t.Helper()
 	mt := timer.NewMockTimer()
-	p, err := purgatory.New[string, *mockOp]("mock", append([]purgatory.Option{purgatory.WithTimer(mt), purgatory.WithoutReaper()}, opts...)...)
+	p, err := purgatory.New[string, *mockOp]("mock", append([]purgatory.Option{purgatory.WithTimer(mt),
+		purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory()}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
 	return p, mt

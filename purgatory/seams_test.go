@@ -130,7 +130,8 @@ func TestSeams(t *testing.T) {
 func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor) {
 	mt := timer.NewMockTimer()
 	wrap := &addHookTimer{MockTimer: mt, hook: func(purgatory.Step) {}}
-	p, err := purgatory.New[string, *mockOp]("seams", purgatory.WithTimer(wrap), purgatory.WithoutReaper())
+	p, err := purgatory.New[string, *mockOp]("seams", purgatory.WithTimer(wrap), purgatory.WithoutReaper(),
+		purgatory.WithTimeInPurgatory())
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
 	ctx, cancel := context.WithCancel(context.Background())

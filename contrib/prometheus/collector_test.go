@@ -63,6 +63,7 @@ func newPurgatory(t *testing.T, name string, opts ...purgatory.Option) (*purgato
 	mt := timer.NewMockTimer()
 	opts = append([]purgatory.Option{
 		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithLogger(discard),
+		purgatory.WithTimeInPurgatory(),
 	}, opts...)
 	p, err := purgatory.New[string, *testOp](name, opts...)
 	require.NoError(t, err)

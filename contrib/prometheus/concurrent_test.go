@@ -64,7 +64,7 @@ func scrape(reg prometheus.Gatherer, name string) (map[string]float64, error) {
 // same operations as its counter.
 func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 	p, err := purgatory.New[int, *testOp]("hammer", purgatory.WithLogger(discard),
-		purgatory.WithPurgeInterval(10), purgatory.WithMaxPending(200))
+		purgatory.WithPurgeInterval(10), purgatory.WithMaxPending(200), purgatory.WithTimeInPurgatory())
 	require.NoError(t, err)
 	stopped := false
 	defer func() {

@@ -38,7 +38,7 @@ func (p *delayedProduce) OnExpiration() {}
 func Example() {
 	mt := timer.NewMockTimer() // deterministic time for the example
 	produce, err := purgatory.New[string, *delayedProduce]("Produce",
-		purgatory.WithTimer(mt), purgatory.WithoutReaper())
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
 	if err != nil {
 		panic(err)
 	}

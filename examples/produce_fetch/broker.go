@@ -119,7 +119,8 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	if c.FetchEvery <= 0 {
 		c.FetchEvery = 5 * time.Millisecond
 	}
-	var popts []purgatory.Option
+	// The demo prints, and /metrics exports, how long requests stay parked.
+	popts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
 	if c.Timer != nil {
 		popts = append(popts, purgatory.WithTimer(c.Timer), purgatory.WithoutReaper())
 	}
@@ -127,7 +128,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fopts []purgatory.Option
+	fopts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
 	if c.Timer != nil {
 		// Both purgatories share the test's timer; only one may close it.
 		fopts = append(fopts, purgatory.WithTimer(sharedTimer{c.Timer}), purgatory.WithoutReaper())

@@ -10,7 +10,8 @@
 // keys until a purge; KAFKA-19389 ran brokers out of memory that way). What
 // remains is an 8-byte tombstone per key, dropped when the key is next
 // checked or purged; a key whose list empties is removed then, as Kafka's
-// removeKeyIfEmpty does.
+// removeKeyIfEmpty does, once 8 newer empty lists of its shard push it out
+// of the shard's ring (so that a hot key keeps its list between requests).
 //
 // Lock order: an operation's lock, then a shard's lock. No user callback runs
 // under a shard lock: Check copies a key's operations out before calling
