@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -151,4 +152,26 @@ func TestTimeInPurgatoryIsOptIn(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Expired)
 	all := st.TimeInPurgatory.Merged()
 	assert.Equal(t, uint64(0), all.Count())
+}
+
+// An operation with a context or a lock keeps its park time in its fat
+// handle: it is timed like any other.
+func TestTimeInPurgatoryOfFatOperations(t *testing.T) {
+	p, mt := newMockPurgatory(t)
+	var l operation.SharedLock
+	a := newOp(time.Hour, operation.WithContext(context.Background()), operation.WithLock(&l))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := newOp(time.Hour, operation.WithContext(ctx))
+	mustPark(t, p, a, "a")
+	mt.Advance(10 * time.Millisecond)
+	mustPark(t, p, b, "b")
+	mt.Advance(20 * time.Millisecond)
+	a.ForceComplete()
+	b.ForceComplete()
+	tip := p.Stats().TimeInPurgatory
+	assert.Equal(t, uint64(2), tip.CompletedEarly.Count())
+	assert.Equal(t, 50*time.Millisecond, tip.CompletedEarly.Sum(), "30ms and 20ms")
+	assert.Equal(t, 20*time.Millisecond, tip.CompletedEarly.Min())
+	assert.Equal(t, 30*time.Millisecond, tip.CompletedEarly.Max())
 }

@@ -131,8 +131,14 @@ func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 // on the lists until they are next compacted. A new Handle is made for
 // each park.
 type Handle struct {
-	op     atomic.Pointer[Op] // nil once the operation has completed or been cancelled
-	parked int64              // clock reading at park (Tracker.Now), for the time in purgatory
+	op atomic.Pointer[Op] // nil once the operation has completed or been cancelled
+}
+
+// timedHandle is the Handle of an operation parked where the time in
+// purgatory is recorded (Tracker.Now set): 8 bytes more, only there.
+type timedHandle struct {
+	Handle
+	parked int64 // the Tracker's clock at park
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
@@ -142,10 +148,20 @@ func (h *Handle) Op() *Op { return h.op.Load() }
 // WithLock and a context. Op.h points at its first field when stFat is set.
 type fatHandle struct {
 	Handle
+	parked int64 // as timedHandle's
 	lock   sync.Locker
 	shared *SharedLock
 	ctx    context.Context
 	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+}
+
+// parkedAt returns the clock reading of the operation's park, for a
+// Tracker that records times (whose parks make timed or fat Handles).
+func (o *Op) parkedAt() int64 {
+	if fh := o.fat(); fh != nil {
+		return fh.parked
+	}
+	return (*timedHandle)(unsafe.Pointer(o.h.Load())).parked
 }
 
 func (o *Op) fat() *fatHandle {
@@ -244,7 +260,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		st.done[k].Add(1)
 		t.release()
 		if t.Now != nil {
-			t.times(o)[k].Record(t.Now() - o.h.Load().parked)
+			t.times(o)[k].Record(t.Now() - o.parkedAt())
 		}
 	}
 	o.release()
@@ -321,14 +337,16 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 		return nil, false
 	}
 	var h *Handle
-	if fh := o.fat(); fh != nil {
-		nf := &fatHandle{lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
+	switch fh := o.fat(); {
+	case fh != nil:
+		nf := &fatHandle{parked: now, lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
 		h = &nf.Handle
-	} else {
+	case t.Now != nil:
+		h = &(&timedHandle{parked: now}).Handle
+	default:
 		h = &Handle{}
 	}
 	h.op.Store(o)
-	h.parked = now
 	o.t.Store(t)
 	o.h.Store(h)
 	st := t.stripe(o)
