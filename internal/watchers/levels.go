@@ -142,45 +142,4 @@ func (l *list[K]) resetLevels() {
 // completed. Operations watching key without a level are left alone. It
 // costs O(log n + k) for n entries on the key, k of them due, and drops
 // the key once its list is empty.
-func (w *Watchers[K]) CheckUpTo(key K, level int64) int {
-	sh, hash := w.locate(key)
-	sh.mu.Lock()
-	l := sh.getLocked(hash, key)
-	if l == nil {
-		sh.mu.Unlock()
-		return 0
-	}
-	bp := w.bufs.Get().(*[]*lifecycle.Op)
-	ops := *bp
-	dropped := l.takeDueLocked(level, func(op *lifecycle.Op) { ops = append(ops, op) })
-	if l.empty() {
-		w.emptiedLocked(sh, l)
-	}
-	sh.mu.Unlock()
-	w.watched.Add(int64(-dropped))
-
-	completed := 0
-	for _, op := range ops {
-		if lifecycle.TryComplete(op) {
-			completed++
-		}
-	}
-	clear(ops)
-	if cap(ops) <= 4096 {
-		*bp = ops[:0]
-		w.bufs.Put(bp)
-	}
-	if completed > 0 {
-		// Drop what this check completed: it sits at the front.
-		sh.mu.Lock()
-		dropped := 0
-		if l := sh.getLocked(hash, key); l != nil {
-			if dropped = l.takeDueLocked(level, nil); l.empty() {
-				w.emptiedLocked(sh, l)
-			}
-		}
-		sh.mu.Unlock()
-		w.watched.Add(int64(-dropped))
-	}
-	return completed
-}
+func (w *Watchers[K]) CheckUpTo(key K, level int64) int { return w.check(key, true, level) }

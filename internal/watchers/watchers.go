@@ -311,7 +311,16 @@ func (l *list[K]) each(f func(*lifecycle.Handle)) {
 // Check calls TryComplete on every live operation watching key, and
 // returns how many it completed (Kafka's tryCompleteWatched). It drops the
 // key's tombstones on the way, and the key itself once its list is empty.
-func (w *Watchers[K]) Check(key K) int {
+func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0) }
+
+// check is Check and, with upTo, CheckUpTo(key, level): under the shard's
+// lock it drops the tombstones among the entries to be tried and collects
+// the live operations among them; then, with no lock held, it tries each;
+// and if any completed, it drops their entries, tombstones now, as Kafka's
+// tryCompleteWatched does. (Which entries to take is a flag, not a func
+// value: a closure passed through one escapes, and costs two allocations a
+// check.)
+func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	l := sh.getLocked(hash, key)
@@ -321,7 +330,13 @@ func (w *Watchers[K]) Check(key K) int {
 	}
 	bp := w.bufs.Get().(*[]*lifecycle.Op)
 	ops := *bp
-	dropped := l.compactLocked(func(op *lifecycle.Op) { ops = append(ops, op) })
+	collect := func(op *lifecycle.Op) { ops = append(ops, op) }
+	var dropped int
+	if upTo {
+		dropped = l.takeDueLocked(level, collect)
+	} else {
+		dropped = l.compactLocked(collect)
+	}
 	if l.empty() {
 		w.emptiedLocked(sh, l)
 	}
@@ -340,12 +355,15 @@ func (w *Watchers[K]) Check(key K) int {
 		w.bufs.Put(bp)
 	}
 	if completed > 0 {
-		// Drop the entries of what this check completed, as Kafka's
-		// tryCompleteWatched does; they are tombstones now.
 		sh.mu.Lock()
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
-			if dropped = l.compactLocked(nil); l.empty() {
+			if upTo {
+				dropped = l.takeDueLocked(level, nil)
+			} else {
+				dropped = l.compactLocked(nil)
+			}
+			if l.empty() {
 				w.emptiedLocked(sh, l)
 			}
 		}
