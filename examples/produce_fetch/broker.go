@@ -218,12 +218,13 @@ func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64
 	base = p.appendLocked(raw, numRecords)
 	end = p.leo
 	hwMoved := p.updateHighWatermarkLocked()
+	hw := p.hw
 	p.mu.Unlock()
 	// The partition's lock is released before checking: a TryComplete takes
 	// it (see docs/purgatory.md, "what not to hold").
 	b.fetch.CheckAndComplete(tp)
 	if hwMoved { // no follower in sync: the leader alone commits
-		b.produce.CheckAndComplete(tp)
+		b.produce.CheckAndCompleteUpTo(tp, hw)
 	}
 	return base, end, nil
 }
@@ -295,9 +296,12 @@ func (b *Broker) followerFetched(p *partition, f *follower, leo int64, fetchedAt
 		b.isrExpands.Add(1)
 	}
 	moved := p.updateHighWatermarkLocked()
+	hw := p.hw
 	p.mu.Unlock()
 	if moved {
-		b.produce.CheckAndComplete(p.key)
+		// Produces wait for the high watermark to reach their offsets
+		// (levels): only those it reached are tried.
+		b.produce.CheckAndCompleteUpTo(p.key, hw)
 		b.fetch.CheckAndComplete(p.key) // consumers reading committed data
 	}
 }
@@ -334,9 +338,10 @@ func (b *Broker) shrinkISR(now time.Time) {
 			}
 		}
 		moved := p.updateHighWatermarkLocked()
+		hw := p.hw
 		p.mu.Unlock()
 		if moved {
-			b.produce.CheckAndComplete(p.key)
+			b.produce.CheckAndCompleteUpTo(p.key, hw)
 			b.fetch.CheckAndComplete(p.key)
 		}
 	}

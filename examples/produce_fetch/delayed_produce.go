@@ -55,6 +55,21 @@ type PartitionResult struct {
 	Offset     int64 // offset after the last one
 }
 
+// WatchLevel is the high watermark the request waits for on tp: the offset
+// after its records there. It makes the produce purgatory's checks on a
+// high watermark move (CheckAndCompleteUpTo) try only the requests that
+// move reached, not every request waiting on the partition
+// (purgatory.Leveled). A request over several partitions is tried when
+// each of its partitions reaches its level, and completes at the last.
+func (d *DelayedProduce) WatchLevel(tp tpKey) int64 {
+	for _, st := range d.status {
+		if st.tp == tp {
+			return st.required
+		}
+	}
+	return 0 // not one of its partitions: due at once
+}
+
 // Keys are the partitions the request waits on.
 func (d *DelayedProduce) Keys() []tpKey {
 	keys := make([]tpKey, 0, len(d.status))
