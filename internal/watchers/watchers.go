@@ -308,6 +308,16 @@ func (l *list[K]) each(f func(*lifecycle.Handle)) {
 	}
 }
 
+// takeLocked drops the tombstones among the entries a check tries (all of
+// them, or with upTo those at levels up to level) and calls live for each
+// live operation among them. It returns how many entries it dropped.
+func (l *list[K]) takeLocked(upTo bool, level int64, live func(*lifecycle.Op)) int {
+	if upTo {
+		return l.takeDueLocked(level, live)
+	}
+	return l.compactLocked(live)
+}
+
 // Check calls TryComplete on every live operation watching key, and
 // returns how many it completed (Kafka's tryCompleteWatched). It drops the
 // key's tombstones on the way, and the key itself once its list is empty.
@@ -330,13 +340,7 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 	}
 	bp := w.bufs.Get().(*[]*lifecycle.Op)
 	ops := *bp
-	collect := func(op *lifecycle.Op) { ops = append(ops, op) }
-	var dropped int
-	if upTo {
-		dropped = l.takeDueLocked(level, collect)
-	} else {
-		dropped = l.compactLocked(collect)
-	}
+	dropped := l.takeLocked(upTo, level, func(op *lifecycle.Op) { ops = append(ops, op) })
 	if l.empty() {
 		w.emptiedLocked(sh, l)
 	}
@@ -358,12 +362,7 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 		sh.mu.Lock()
 		dropped := 0
 		if l := sh.getLocked(hash, key); l != nil {
-			if upTo {
-				dropped = l.takeDueLocked(level, nil)
-			} else {
-				dropped = l.compactLocked(nil)
-			}
-			if l.empty() {
+			if dropped = l.takeLocked(upTo, level, nil); l.empty() {
 				w.emptiedLocked(sh, l)
 			}
 		}
