@@ -127,12 +127,12 @@ func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n
 func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPending = n }) }
 
 // WithTimeInPurgatory records how long each operation stays parked, by how
-// it ends, in Stats.TimeInPurgatory. It costs one clock read per completion
-// (the park's reading is the timer's). A clock read is 35 ns in a loop of
-// its own, but in a purgatory completing a million requests a second on 2
-// cores it measured about 150 ns, 10% of a request's CPU: it waits for the
-// memory operations in flight. So it is off by default; it costs nothing
-// then. Operations are timed on the timer's clock (a MockTimer's in tests).
+// it ends, in Stats.TimeInPurgatory. It costs one clock read and two atomic
+// adds per completion (the park's clock reading is the timer's): about 6%
+// of a request's CPU in a purgatory completing a million requests a second
+// on 2 cores (docs/benchmarks.md). So it is off by default, and costs
+// nothing then. Operations are timed on the timer's clock (a MockTimer's in
+// tests).
 func WithTimeInPurgatory() Option { return optionFunc(func(c *config) { c.times = true }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending
