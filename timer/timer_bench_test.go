@@ -65,15 +65,30 @@ func loadedRuntime(b *testing.B, pending int) {
 
 // BenchmarkAddCancel measures Add followed by Cancel of one task while many
 // others wait, against time.AfterFunc followed by Stop at the same count.
-func BenchmarkAddCancel(b *testing.B) {
+func BenchmarkAddCancel(b *testing.B) { benchAddCancel(b, false) }
+
+// BenchmarkAddCancelNewTask is BenchmarkAddCancel with a new task for
+// every Add, as a server has when each request brings its own timeout: the
+// allocation is part of the cost, as it is of time.AfterFunc's.
+func BenchmarkAddCancelNewTask(b *testing.B) { benchAddCancel(b, true) }
+
+// benchAddCancel adds and cancels one task while pending others wait,
+// against time.AfterFunc+Stop with as many runtime timers pending; with
+// newTask, a new task for every Add.
+func benchAddCancel(b *testing.B, newTask bool) {
 	for _, pending := range pendingCounts {
 		b.Run("impl=wheel/pending="+strconv.Itoa(pending), func(b *testing.B) {
 			tm := loadedWheel(b, pending)
+			d := randomHour(rand.New(rand.NewPCG(3, 4)))
 			task := &nopTask{}
-			task.SetDelay(randomHour(rand.New(rand.NewPCG(3, 4))))
+			task.SetDelay(d)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
+				if newTask {
+					task = &nopTask{}
+					task.SetDelay(d)
+				}
 				_ = tm.Add(task)
 				task.Cancel()
 			}
@@ -92,36 +107,6 @@ func BenchmarkAddCancel(b *testing.B) {
 }
 
 // BenchmarkAddCancelParallel is BenchmarkAddCancel from GOMAXPROCS goroutines.
-// BenchmarkAddCancelNewTask is BenchmarkAddCancel with a new task for
-// every Add, as a server has when each request brings its own timeout: the
-// allocation is part of the cost, as it is of time.AfterFunc's.
-func BenchmarkAddCancelNewTask(b *testing.B) {
-	for _, pending := range pendingCounts {
-		b.Run("impl=wheel/pending="+strconv.Itoa(pending), func(b *testing.B) {
-			tm := loadedWheel(b, pending)
-			d := randomHour(rand.New(rand.NewPCG(3, 4)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				task := &nopTask{}
-				task.SetDelay(d)
-				_ = tm.Add(task)
-				task.Cancel()
-			}
-		})
-		b.Run("impl=runtime/pending="+strconv.Itoa(pending), func(b *testing.B) {
-			loadedRuntime(b, pending)
-			d := randomHour(rand.New(rand.NewPCG(3, 4)))
-			f := func() {}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				time.AfterFunc(d, f).Stop()
-			}
-		})
-	}
-}
-
 func BenchmarkAddCancelParallel(b *testing.B) {
 	const pending = 1_000_000
 	b.Run("impl=wheel/pending=1000000", func(b *testing.B) {

@@ -299,11 +299,18 @@ func (b *Broker) followerFetched(p *partition, f *follower, leo int64, fetchedAt
 	hw := p.hw
 	p.mu.Unlock()
 	if moved {
-		// Produces wait for the high watermark to reach their offsets
-		// (levels): only those it reached are tried.
-		b.produce.CheckAndCompleteUpTo(p.key, hw)
-		b.fetch.CheckAndComplete(p.key) // consumers reading committed data
+		b.highWatermarkMoved(p.key, hw)
 	}
+}
+
+// highWatermarkMoved wakes what waits on tp's high watermark, now hw. The
+// caller has released the partition's lock, which a TryComplete takes.
+// Produces wait for the high watermark to reach their offsets (levels):
+// only those it reached are tried. Fetches read committed data, so the
+// move may have given them their bytes.
+func (b *Broker) highWatermarkMoved(tp tpKey, hw int64) {
+	b.produce.CheckAndCompleteUpTo(tp, hw)
+	b.fetch.CheckAndComplete(tp)
 }
 
 // expireISR is Kafka's isr-expiration task: every half of the replica lag
@@ -341,8 +348,7 @@ func (b *Broker) shrinkISR(now time.Time) {
 		hw := p.hw
 		p.mu.Unlock()
 		if moved {
-			b.produce.CheckAndCompleteUpTo(p.key, hw)
-			b.fetch.CheckAndComplete(p.key)
+			b.highWatermarkMoved(p.key, hw)
 		}
 	}
 }
