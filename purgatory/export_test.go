@@ -10,12 +10,17 @@ const (
 	StepWatched     = stepWatched
 	StepUnlocked    = stepUnlocked
 	StepTimed       = stepTimed
+
+	StepCancelRemoved = stepCancelRemoved
 )
 
 // Steps lists them in order.
 var Steps = []Step{StepParked, StepTried, StepBetweenKeys, StepWatched, StepUnlocked, StepTimed}
 
 func (s Step) String() string {
+	if s == StepCancelRemoved {
+		return "cancel-removed"
+	}
 	return [...]string{"parked", "tried", "between-keys", "watched", "unlocked", "timed"}[s]
 }
 

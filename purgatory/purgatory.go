@@ -316,6 +316,7 @@ func (p *Purgatory[K, T]) CancelForKey(key K) []T {
 	if len(ops) == 0 {
 		return nil
 	}
+	p.at(stepCancelRemoved)
 	out := make([]T, 0, len(ops))
 	for _, o := range ops {
 		if lifecycle.Cancel(o) {

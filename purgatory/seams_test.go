@@ -262,3 +262,49 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor) {
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(ctx)
 }
+
+// CancelForKey removes the key's list, then cancels each operation it held.
+// A competitor that completes an operation between the two wins: the
+// operation is not returned, and is counted once, as it completed.
+func TestCancelForKeySeam(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		act  func(p *pg, op *mockOp, cancel context.CancelFunc)
+		want func(st purgatory.Stats) uint64
+	}{
+		{"ForceComplete", func(_ *pg, op *mockOp, _ context.CancelFunc) { op.ForceComplete() },
+			func(st purgatory.Stats) uint64 { return st.CompletedEarly }},
+		{"CheckAndComplete", func(p *pg, op *mockOp, _ context.CancelFunc) {
+			op.Ready.Store(true)
+			p.CheckAndComplete("b") // its other key
+		}, func(st purgatory.Stats) uint64 { return st.CompletedEarly }},
+		{"expiry", func(_ *pg, op *mockOp, _ context.CancelFunc) { lifecycle.Task(lifecycle.Of(op)).Run() },
+			func(st purgatory.Stats) uint64 { return st.Expired }},
+		{"context", func(_ *pg, op *mockOp, cancel context.CancelFunc) {
+			cancel()
+			waitFor(t, func() bool { return op.Completes.Load() == 1 })
+		}, func(st purgatory.Stats) uint64 { return st.ContextDone }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, mt := newMockPurgatory(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			op := newOp(time.Minute, operation.WithContext(ctx))
+			mustPark(t, p, op, "a", "b")
+			defer purgatory.SetStepHook(func(s purgatory.Step) {
+				if s == purgatory.StepCancelRemoved {
+					c.act(p, op, cancel)
+				}
+			})()
+			assert.Empty(t, p.CancelForKey("a"), "completed first: not handed back")
+			assert.Equal(t, int32(1), op.Completes.Load())
+			assert.False(t, op.IsCancelled())
+			st := p.Stats()
+			assert.Equal(t, uint64(1), c.want(st))
+			assert.Equal(t, uint64(0), st.Cancelled)
+			assert.Equal(t, 0, st.Pending)
+			assert.Equal(t, 0, st.Watched)
+			assert.Equal(t, 0, mt.Size())
+		})
+	}
+}

@@ -13,6 +13,10 @@ const (
 	stepWatched                 // watched on every key, before the last TryComplete
 	stepUnlocked                // lock released, before the timeout is added
 	stepTimed                   // the timeout is added, before the final checks
+
+	// stepCancelRemoved is in CancelForKey: the key's list is removed, its
+	// operations not yet cancelled.
+	stepCancelRemoved step = 100
 )
 
 // stepHook is nil outside tests.

@@ -122,6 +122,13 @@ func init() {
 	tasklink.Run = func(p unsafe.Pointer) { finish((*Op)(p), Expired) }
 }
 
+// seam, if set, is called between two steps of a transition that another
+// goroutine may act between: "published" (Park has published its Tracker
+// and Handle, before its CAS) and "registered" (ArmContext has registered
+// the AfterFunc, before storing its stop). Tests of this package set it to
+// run a competitor exactly there.
+var seam func(at string, o *Op)
+
 // Task returns the Op's timer entry, to Add to a timer.
 func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 
@@ -351,6 +358,9 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	o.h.Store(h)
 	st := t.stripe(o)
 	st.pending.Add(1)
+	if seam != nil {
+		seam("published", o)
+	}
 	for {
 		s := w.Load()
 		if s&(stParked|stCompleted|stCancelled) != 0 {
@@ -374,6 +384,9 @@ func ArmContext(o *Op) {
 		return
 	}
 	stop := context.AfterFunc(fh.ctx, func() { finish(o, Context) })
+	if seam != nil {
+		seam("registered", o)
+	}
 	fh.stop.Store(&stop)
 	// A completion that ran before the Store found nothing to stop.
 	if o.word().Load()&(stCompleted|stCancelled) != 0 {

@@ -239,3 +239,49 @@ func TestIdleRingSparesANewListOfTheSameKey(t *testing.T) {
 	live.Ready.Store(true)
 	assert.Equal(t, 1, w.Check("a"), "the new list of a is still there")
 }
+
+// watchingOp, when tried, completes and watches next on the same key: a
+// Watch that lands after the check took the key's entries and before it
+// drops the ones it completed.
+type watchingOp struct {
+	optest.Op
+	w     *watchers.Watchers[string]
+	next  *op
+	level int64 // with levels: watch next at this level
+	upTo  bool
+}
+
+func (o *watchingOp) TryComplete() bool {
+	h := park(o.next, 1)
+	if o.upTo {
+		o.w.Watch(h, []string{"k"}, []int64{o.level}, nil)
+	} else {
+		o.w.Watch(h, []string{"k"}, nil, nil)
+	}
+	return o.ForceComplete()
+}
+
+// The second pass of a check drops only what the check completed: an
+// operation watched on the key while the check was trying the others stays.
+func TestWatchDuringCheckSurvives(t *testing.T) {
+	for _, upTo := range []bool{false, true} {
+		w := watchers.New[string](1)
+		next := newOp()
+		o := &watchingOp{w: w, next: next, level: 5, upTo: upTo}
+		o.Init(o, time.Hour)
+		if upTo {
+			w.Watch(park(o, 1), []string{"k"}, []int64{5}, nil)
+			require.Equal(t, 1, w.CheckUpTo("k", 5))
+		} else {
+			w.Watch(park(o, 1), []string{"k"}, nil, nil)
+			require.Equal(t, 1, w.Check("k"))
+		}
+		assert.Equal(t, 1, w.Watched(), "upTo=%v: only the completed entry went", upTo)
+		next.Ready.Store(true)
+		if upTo {
+			assert.Equal(t, 1, w.CheckUpTo("k", 5), "the operation watched meanwhile is found")
+		} else {
+			assert.Equal(t, 1, w.Check("k"), "the operation watched meanwhile is found")
+		}
+	}
+}
