@@ -19,6 +19,8 @@ func (*seamOp) TryComplete() bool { return false }
 func (s *seamOp) OnComplete()     { s.completes++ }
 func (s *seamOp) OnExpiration()   { s.expiries++ }
 
+// newSeamOp returns an initialised operation, tied to ctx (an operation
+// without one: context.Background, which never ends).
 func newSeamOp(ctx context.Context) *seamOp {
 	o := &seamOp{}
 	Init(&o.Op, o, 0, Options{Ctx: ctx})
@@ -41,7 +43,7 @@ func at(t *testing.T, name string, f func(o *Op)) {
 // but before its CAS: Park fails, the operation was never counted, its
 // new Handle lets go of it, and OnComplete ran once.
 func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
-	o := newSeamOp(nil)
+	o := newSeamOp(context.Background())
 	at(t, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
 	var tr Tracker
 	h, ok := Park(&o.Op, &tr, 0)
