@@ -114,7 +114,8 @@ func WithLock(l sync.Locker) InitOption { return lockOption{l} }
 func WithContext(ctx context.Context) InitOption { return contextOption{ctx} }
 
 // Init binds the Base to the operation that embeds it and sets its timeout.
-// A timeout of zero or less expires the operation as soon as it is parked.
+// A timeout of zero or less expires the operation as soon as it is parked;
+// one longer than 73 years is taken as 73 years.
 // Init panics if self is nil or does not embed this Base, or if the
 // operation is already parked, completed or cancelled.
 func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOption) {

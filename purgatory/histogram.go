@@ -12,11 +12,13 @@ import (
 
 // Histogram is a snapshot of how long operations stayed in a purgatory,
 // in fixed log-scale buckets: one below 1µs, then eight per power of two
-// up to about 4.9 hours, and one above; it also keeps the exact smallest and
-// largest duration. A bucket is at most 12.5% wider than its lower bound,
-// and a quantile read off the histogram lies in the same bucket as the true
-// one, and between Min and Max. Histograms of any purgatories merge. The
-// zero value is empty.
+// up to about 4.9 hours, and one above; it also keeps the smallest and
+// largest duration recorded. A bucket is at most 12.5% wider than its lower
+// bound, and a quantile read off the histogram lies in the same bucket as
+// the true one, and between Min and Max. Durations are measured to within
+// a few microseconds: on the system clock, the end of one is read from the
+// CPU's time-stamp counter where the kernel keeps time with it.
+// Histograms of any purgatories merge. The zero value is empty.
 type Histogram struct {
 	s hist.Snapshot
 }

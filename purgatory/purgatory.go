@@ -13,6 +13,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/tsc"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
@@ -29,11 +30,12 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
-	// now reads the clock parks and completions are timed by: the timer's
-	// when it is one of package timer's, so that one reading per park
-	// serves for the time in purgatory and the deadline (addAt).
-	now   func() int64
-	addAt func(task any, now int64) error // nil: use timer.Add
+	// now reads the clock parks are timed by: the timer's when it is one
+	// of package timer's, so that one reading per park serves for the
+	// start of the time in purgatory and the deadline (addAt). stamp reads
+	// the same clock, perhaps more cheaply, for the end of that time.
+	now, stamp func() int64
+	addAt      func(task any, now int64) error // nil: use timer.Add
 	// leveled is levelsNever, levelsAlways or levelsAsk: whether T's
 	// operations implement Leveled[K].
 	leveled int
@@ -140,14 +142,15 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.timer = st
 	}
 	if p.timer != nil {
-		p.now, p.addAt = tasklink.Clock(p.timer)
+		p.now, p.stamp, p.addAt = tasklink.Clock(p.timer)
 	}
 	if p.now == nil {
-		p.now = systemNow
+		p.now, p.stamp = systemNow, systemStamp()
 	}
 	if c.times {
-		p.tracker.Now = p.now
+		p.tracker.Now = p.stamp
 	}
+	p.tracker.OwnDeadline = p.addAt != nil || p.timer == nil
 	if c.noReaper {
 		close(p.reaped)
 	} else {
@@ -289,11 +292,17 @@ func (p *Purgatory[K, T]) CheckAndCompleteUpTo(key K, level int64) int {
 // counting an operation once per key (Kafka's PurgatorySize). Kafka also
 // counts entries of completed operations until a purge, so this is never
 // larger than Kafka's figure. O(1).
-func (p *Purgatory[K, T]) Watched() int { return int(max(p.tracker.Counts().Watched, 0)) }
+func (p *Purgatory[K, T]) Watched() int {
+	_, w := p.tracker.Live()
+	return int(max(w, 0))
+}
 
 // NumDelayed returns the number of parked operations that have not
 // completed (Kafka's NumDelayedOperations).
-func (p *Purgatory[K, T]) NumDelayed() int { return int(max(p.tracker.Counts().Pending, 0)) }
+func (p *Purgatory[K, T]) NumDelayed() int {
+	n, _ := p.tracker.Live()
+	return int(max(n, 0))
+}
 
 // CancelForKey stops watching key and returns the pending operations that
 // were watching it, each once, in the order they were parked. Each is taken
@@ -381,14 +390,18 @@ func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 func (p *Purgatory[K, T]) maybePurge() {
 	p.purgeMu.Lock()
 	defer p.purgeMu.Unlock()
+	_, live := p.tracker.Live()
+	live = max(live, 0)
+	dead := int64(p.watchers.Watched()) - live
+	if dead <= live {
+		return
+	}
 	c := p.tracker.Counts()
 	left := c.Cancelled
 	for _, n := range c.Done {
 		left += n
 	}
-	live := max(c.Watched, 0)
-	dead := int64(p.watchers.Watched()) - live
-	if left-p.purgedAt > uint64(p.purgeInterval) && dead > live {
+	if left-p.purgedAt > uint64(p.purgeInterval) {
 		p.purgedAt = left
 		if n := p.watchers.Purge(); n > 0 {
 			p.purged.Add(uint64(n))
@@ -457,6 +470,10 @@ var epoch = time.Now()
 // systemNow is the clock for purgatories whose timer is not one of package
 // timer's: monotonic nanoseconds.
 func systemNow() int64 { return int64(time.Since(epoch)) }
+
+// systemStamp reads systemNow's clock through the CPU's counter where it
+// can (internal/tsc).
+var systemStamp = sync.OnceValue(func() func() int64 { return tsc.New(systemNow) })
 
 const (
 	levelsNever  = iota // T does not implement Leveled[K]

@@ -352,11 +352,12 @@ func TestSubmitAfterCloseRunsTask(t *testing.T) {
 	assert.Equal(t, int32(1), p.runs.Load())
 }
 
-// The operation lifecycle reaches two unexported fields by offset
+// The operation lifecycle reaches three unexported fields by offset
 // (internal/tasklink): a change of layout must fail here.
 func TestTaskLinkOffsets(t *testing.T) {
 	assert.Equal(t, uintptr(tasklink.FlagsOffset), unsafe.Offsetof(TaskBase{}.flags))
 	assert.Equal(t, uintptr(tasklink.OwnerOffset), unsafe.Offsetof(TaskBase{}.owner))
+	assert.Equal(t, uintptr(tasklink.ExpireOffset), unsafe.Offsetof(TaskBase{}.expire))
 }
 
 // An Add of a typed nil pointer is refused, not a panic.

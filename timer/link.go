@@ -1,33 +1,40 @@
 package timer
 
 import (
+	"sync"
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/tsc"
 )
 
 func init() {
-	tasklink.Clock = func(tm any) (now func() int64, addAt func(task any, now int64) error) {
+	tasklink.Clock = func(tm any) (now, stamp func() int64, addAt func(task any, now int64) error) {
 		t, ok := tm.(Timer)
 		if !ok {
-			return nil, nil
+			return nil, nil, nil
 		}
 		st := systemTimerOf(t)
 		if st == nil {
-			return nil, nil
+			return nil, nil, nil
 		}
 		addAt = func(task any, now int64) error { return st.addAt(task.(Task), now) }
 		if st.sys {
-			// A function of its own, not a closure over st: a completion,
+			// Functions of their own, not closures over st: a completion,
 			// on another core than the parks, then reads no field of the
 			// timer. Reading st.sys and st.clock, next to the lock stripes
 			// every Add writes, made the time in purgatory cost 13% of a
 			// request in perf run C instead of 4%.
-			return systemNow, addAt
+			return systemNow, systemStamp(), addAt
 		}
-		return func() int64 { return int64(st.clock.Now()) }, addAt
+		now = func() int64 { return int64(st.clock.Now()) }
+		return now, now, addAt
 	}
 }
 
 // systemNow is SystemTimer.now for the system clock.
 func systemNow() int64 { return int64(time.Since(epoch)) }
+
+// systemStamp reads systemNow's clock through the CPU's counter where it
+// can. Made at the first purgatory's New, not at init: it reads a file.
+var systemStamp = sync.OnceValue(func() func() int64 { return tsc.New(systemNow) })

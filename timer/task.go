@@ -48,8 +48,9 @@ type TaskBase struct {
 	// compare-and-swap, so Cancel and the flush that fires a task need no lock.
 	word atomic.Uint32
 
-	// flags is not used by the timer: it fills what would be padding, and
-	// the operation lifecycle keeps its state there (internal/tasklink).
+	// flags is not written by the timer: it fills what would be padding,
+	// and the operation lifecycle keeps its state there (internal/tasklink).
+	// Add reads one bit of it, tasklink.OwnDeadline.
 	flags atomic.Uint32
 
 	// list is the bucket the entry is linked into, or nil. It is written only
@@ -60,9 +61,12 @@ type TaskBase struct {
 	// next and prev link the entry into list. They are guarded by list.mu.
 	next, prev *TaskBase
 
-	// expire is the tick the task is due at. It is written by Add, which holds
-	// addLock and the timer's read lock, and read by Add and by the flush,
-	// which holds the timer's write lock.
+	// expire is when the task is due, in nanoseconds on the timer's clock
+	// (tasklink.Deadline). Add writes it, holding addLock and the timer's
+	// read lock, and Add and the flush (which holds the timer's write lock)
+	// read it. A delayed operation's may have been written instead when it
+	// was parked (tasklink.OwnDeadline), and is then read by its
+	// completion too.
 	expire int64
 
 	// delay is the task's delay. SetDelay must not race with Add.

@@ -127,17 +127,13 @@ func (t *SystemTimer) now() time.Duration {
 
 func (t *SystemTimer) nowTick() int64 { return int64(t.now()) / t.tick }
 
-// deadlineTick returns the first tick that starts at or after now+delay: a
-// task due inside a tick waits for the end of that tick, so it is never early.
-func (t *SystemTimer) deadlineTick(delay time.Duration, now int64) int64 {
-	if delay <= 0 {
-		return now / t.tick
-	}
-	d := int64(delay)
-	if d > math.MaxInt64-now-t.tick {
+// tickOf returns the first tick that starts at or after deadline: a task
+// due inside a tick waits for the end of that tick, so it is never early.
+func (t *SystemTimer) tickOf(deadline int64) int64 {
+	if deadline > math.MaxInt64-t.tick {
 		return math.MaxInt64 / t.tick
 	}
-	return (now + d + t.tick - 1) / t.tick
+	return (deadline + t.tick - 1) / t.tick
 }
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
@@ -161,15 +157,18 @@ func (t *SystemTimer) addAt(task Task, now int64) error {
 	if e.owner == nil {
 		e.owner = task
 	}
-	e.expire = t.deadlineTick(e.delay, now)
+	if e.flags.Load()&tasklink.OwnDeadline == 0 {
+		e.expire = tasklink.Deadline(int64(e.delay), now)
+	}
 	due := e.delay <= 0
+	tick := t.tickOf(e.expire)
 	for {
 		e.unlink() // a pending task moves: take it out of its old bucket
 		if due {
 			break
 		}
 		var linked bool
-		linked, due = t.wheel.add(e, e.expire)
+		linked, due = t.wheel.add(e, tick)
 		if linked || due || !e.isPending() {
 			break
 		}
@@ -338,7 +337,7 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	if !e.isPending() {
 		return // cancelled while it was between buckets
 	}
-	linked, due := t.wheel.add(e, e.expire)
+	linked, due := t.wheel.add(e, t.tickOf(e.expire))
 	switch {
 	case due:
 		if e.fire() {

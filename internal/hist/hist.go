@@ -77,6 +77,15 @@ func (c *Counters) Record(d int64) {
 	}
 }
 
+// Count returns the number of durations recorded.
+func (c *Counters) Count() uint64 {
+	var n uint64
+	for i := range c.counts {
+		n += c.counts[i].Load()
+	}
+	return n
+}
+
 // Snapshot is Counters read out: plain values, merged by Add.
 type Snapshot struct {
 	Counts [Buckets]uint64

@@ -17,6 +17,7 @@
 //	bits 5-6   the operation's own lock (lock.go)
 //	bit 7      fat: the Handle carries a lock given to WithLock, or a context
 //	bit 8      cancelled (terminal unless completed by ForceComplete)
+//	bit 9      Park wrote the timer entry's deadline (tasklink.OwnDeadline)
 //	bits 10-31 live watch entries, counted in the Tracker's watched
 //
 // Every transition that counts is one compare-and-swap, and the counts move
@@ -76,6 +77,7 @@ const (
 	stWaiters   uint32 = 1 << 6
 	stFat       uint32 = 1 << 7
 	stCancelled uint32 = 1 << 8
+	stDeadline         = tasklink.OwnDeadline
 
 	watchShift        = 10
 	watchOne   uint32 = 1 << watchShift
@@ -142,7 +144,8 @@ type Handle struct {
 }
 
 // timedHandle is the Handle of an operation parked where the time in
-// purgatory is recorded (Tracker.Now set): 8 bytes more, only there.
+// purgatory is recorded (Tracker.Now set) but the deadline is the timer's
+// to write (Tracker.OwnDeadline not set): 8 bytes more, only there.
 type timedHandle struct {
 	Handle
 	parked int64 // the Tracker's clock at park
@@ -163,13 +166,29 @@ type fatHandle struct {
 }
 
 // parkedAt returns the clock reading of the operation's park, for a
-// Tracker that records times (whose parks make timed or fat Handles).
+// Tracker that records times: the deadline Park wrote less the timeout
+// (both in the Op, whose cache line a completion has at hand), or else
+// what Park kept in the Handle.
 func (o *Op) parkedAt() int64 {
+	if o.word().Load()&stDeadline != 0 {
+		return *o.deadline() - max(int64(o.tb.Delay()), 0)
+	}
 	if fh := o.fat(); fh != nil {
 		return fh.parked
 	}
 	return (*timedHandle)(unsafe.Pointer(o.h.Load())).parked
 }
+
+// deadline is the timer entry's deadline: written by Park when the
+// Tracker says so (OwnDeadline), and then only read.
+func (o *Op) deadline() *int64 {
+	return (*int64)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.ExpireOffset))
+}
+
+// MaxTimeout is the longest timeout an Op keeps: 2^61 ns, 73 years. Init
+// takes longer ones as this, so that a deadline measured from any clock
+// reading in the first 73 years is exact (tasklink.MaxDeadline).
+const MaxTimeout = time.Duration(1 << 61)
 
 func (o *Op) fat() *fatHandle {
 	if o.word().Load()&stFat == 0 {
@@ -193,7 +212,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		panic("operation: Init of an operation already parked, completed or cancelled")
 	}
 	*o.owner() = self
-	o.tb.SetDelay(timeout)
+	o.tb.SetDelay(min(timeout, MaxTimeout))
 	if opt.Ctx != nil && opt.Ctx.Done() == nil {
 		opt.Ctx = nil // never ends: nothing to watch
 	}
@@ -264,11 +283,14 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 			st.watched.Add(-int64(n))
 		}
 		st.pending.Add(-1)
-		st.done[k].Add(1)
-		t.release()
 		if t.Now != nil {
+			// The histogram's buckets count the completions: no other
+			// counter to add to.
 			t.times(o)[k].Record(t.Now() - o.parkedAt())
+		} else {
+			st.done[k].Add(1)
 		}
+		t.release()
 	}
 	o.release()
 	o.call(t, Callbacks.OnComplete, "OnComplete")
@@ -348,10 +370,15 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	case fh != nil:
 		nf := &fatHandle{parked: now, lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
 		h = &nf.Handle
-	case t.Now != nil:
+	case t.Now != nil && !t.OwnDeadline:
 		h = &(&timedHandle{parked: now}).Handle
 	default:
 		h = &Handle{}
+	}
+	var own uint32
+	if t.OwnDeadline {
+		*o.deadline() = tasklink.Deadline(int64(o.tb.Delay()), now)
+		own = stDeadline
 	}
 	h.op.Store(o)
 	o.t.Store(t)
@@ -368,7 +395,7 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 			h.op.Store(nil)
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s|stParked) {
+		if w.CompareAndSwap(s, s|stParked|own) {
 			return h, true
 		}
 	}

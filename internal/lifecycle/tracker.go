@@ -25,10 +25,18 @@ type Tracker struct {
 	MaxPending int64
 	reserved   atomic.Int64
 
-	// Now, if set, reads the clock that Park's now came from; completions
-	// of parked operations then record their time in purgatory, by Kind.
+	// Now, if set, reads the clock that Park's now came from (perhaps
+	// through the CPU's counter, a few microseconds off: internal/tsc);
+	// completions of parked operations then record their time in
+	// purgatory, by Kind.
 	// Set it before the Tracker is used.
 	Now func() int64
+	// OwnDeadline makes Park write the deadline into the operation's timer
+	// entry (tasklink.OwnDeadline), where a completion finds the start of
+	// the time in purgatory without a Handle field. Set it when the
+	// purgatory's timer is one of package timer's, whose clock gave Park's
+	// now, or when there is no timer.
+	OwnDeadline bool
 	// hists are striped like the counters, fewer: each is about 2 KiB.
 	hists [histStripes][4]hist.Counters
 }
@@ -51,7 +59,7 @@ const trackerStripes = 16
 type trackerStripe struct {
 	pending   atomic.Int64     // parked, not yet completed or cancelled
 	watched   atomic.Int64     // live watch entries of parked operations
-	done      [4]atomic.Uint64 // completed, by Kind
+	done      [4]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
 	_         [128 - 64]byte
@@ -69,21 +77,38 @@ type Counts struct {
 	Panics           uint64
 }
 
-// Counts sums the stripes. Each stripe is read atomically; the sum is not
-// one snapshot.
+// Counts sums the stripes. Each counter is read atomically; the sum is not
+// one snapshot. With Now set, Done sums the histograms' buckets: a few
+// thousand loads.
 func (t *Tracker) Counts() Counts {
 	var c Counts
+	c.Pending, c.Watched = t.Live()
 	for i := range t.stripes {
 		s := &t.stripes[i]
-		c.Pending += s.pending.Load()
-		c.Watched += s.watched.Load()
 		for k := range c.Done {
 			c.Done[k] += s.done[k].Load()
 		}
 		c.Cancelled += s.cancelled.Load()
 		c.Panics += s.panics.Load()
 	}
+	if t.Now != nil {
+		for i := range t.hists {
+			for k := range c.Done {
+				c.Done[k] += t.hists[i][k].Count()
+			}
+		}
+	}
 	return c
+}
+
+// Live sums the pending operations and their watch entries.
+func (t *Tracker) Live() (pending, watched int64) {
+	for i := range t.stripes {
+		s := &t.stripes[i]
+		pending += s.pending.Load()
+		watched += s.watched.Load()
+	}
+	return pending, watched
 }
 
 // AddPanic counts a panic recovered outside the operations' own callbacks.
