@@ -48,6 +48,7 @@ func main() {
 	flag.IntVar(&c.size, "size", 0, "bytes of payload each request carries")
 	flag.StringVar(&c.impl, "impl", "purgatory", "purgatory or naive")
 	flag.IntVar(&executors, "executors", 0, "purgatory: goroutines running expired operations (0: the reaper runs them, the purgatory's default)")
+	flag.BoolVar(&timeInPurgatory, "times", false, "purgatory: record the time in purgatory (purgatory.WithTimeInPurgatory)")
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "write a heap profile, taken when the most requests were pending, to this file")
@@ -133,7 +134,10 @@ func (t *tracker) onExpire(r *request) {
 	t.remaining.Done()
 }
 
-var executors int
+var (
+	executors       int
+	timeInPurgatory bool
+)
 
 // track is the run's tracker, shared by every operation.
 var track *tracker

@@ -31,8 +31,11 @@ type real struct {
 }
 
 func newReal() *real {
-	p, err := purgatory.New[string, *fakeOp]("fake purgatory",
-		purgatory.WithTimerOptions(timer.WithExecutors(executors)))
+	opts := []purgatory.Option{purgatory.WithTimerOptions(timer.WithExecutors(executors))}
+	if timeInPurgatory {
+		opts = append(opts, purgatory.WithTimeInPurgatory())
+	}
+	p, err := purgatory.New[string, *fakeOp]("fake purgatory", opts...)
 	if err != nil {
 		panic(err)
 	}
