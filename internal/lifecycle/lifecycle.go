@@ -60,8 +60,12 @@ func Of(s Sealed) *Op { return s.lifecycleOp() }
 // current Handle. It must not be copied after Init.
 type Op struct {
 	tb timer.TaskBase
-	t  atomic.Pointer[Tracker] // set under the lock before the park CAS
-	h  atomic.Pointer[Handle]  // set by Init (fat) and by Park, before the park CAS
+	// t is written by Park before its CAS and read only by whoever has
+	// seen the operation parked (or cancelled, which comes after), so the
+	// CAS orders the two and t needs no atomic store, which would cost a
+	// full barrier on every park.
+	t *Tracker
+	h atomic.Pointer[Handle] // set by Init (fat) and by Park, before the park CAS; read by Cause at any time
 }
 
 func (o *Op) lifecycleOp() *Op { return o }
@@ -140,7 +144,10 @@ func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 // on the lists until they are next compacted. A new Handle is made for
 // each park.
 type Handle struct {
-	op atomic.Pointer[Op] // nil once the operation has completed or been cancelled
+	// op is the operation, nil once it has completed or been cancelled.
+	// Park sets it in the Handle's composite literal, before anyone can
+	// see the Handle; after that it is read and cleared atomically.
+	op unsafe.Pointer
 }
 
 // timedHandle is the Handle of an operation parked where the time in
@@ -152,7 +159,10 @@ type timedHandle struct {
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
-func (h *Handle) Op() *Op { return h.op.Load() }
+func (h *Handle) Op() *Op { return (*Op)(atomic.LoadPointer(&h.op)) }
+
+// clear takes the operation off every list holding h.
+func (h *Handle) clear() { atomic.StorePointer(&h.op, nil) }
 
 // fatHandle carries what only some operations have: a lock given to
 // WithLock and a context. Op.h points at its first field when stFat is set.
@@ -276,7 +286,13 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 			break
 		}
 	}
-	t := o.t.Load()
+	// Only an operation that was parked (or cancelled, after a park) has a
+	// Tracker this goroutine may read: the CAS it observed comes after
+	// Park's write. Callbacks of one never parked run unrecovered.
+	var t *Tracker
+	if s&(stParked|stCancelled) != 0 {
+		t = o.t
+	}
 	if s&stParked != 0 {
 		st := t.stripe(o)
 		if n := s >> watchShift; n > 0 {
@@ -309,7 +325,7 @@ func (o *Op) release() {
 	if h == nil {
 		return
 	}
-	h.op.Store(nil) // off every watch list at once (KAFKA-19389)
+	h.clear() // off every watch list at once (KAFKA-19389)
 	if fh := o.fat(); fh != nil {
 		if stop := fh.stop.Swap(nil); stop != nil {
 			(*stop)()
@@ -366,22 +382,22 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 		return nil, false
 	}
 	var h *Handle
+	op := Handle{op: unsafe.Pointer(o)}
 	switch fh := o.fat(); {
 	case fh != nil:
-		nf := &fatHandle{parked: now, lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
+		nf := &fatHandle{Handle: op, parked: now, lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
 		h = &nf.Handle
 	case t.Now != nil && !t.OwnDeadline:
-		h = &(&timedHandle{parked: now}).Handle
+		h = &(&timedHandle{Handle: op, parked: now}).Handle
 	default:
-		h = &Handle{}
+		h = &op
 	}
 	var own uint32
 	if t.OwnDeadline {
 		*o.deadline() = tasklink.Deadline(int64(o.tb.Delay()), now)
 		own = stDeadline
 	}
-	h.op.Store(o)
-	o.t.Store(t)
+	o.t = t
 	o.h.Store(h)
 	st := t.stripe(o)
 	st.pending.Add(1)
@@ -392,7 +408,7 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 		s := w.Load()
 		if s&(stParked|stCompleted|stCancelled) != 0 {
 			st.pending.Add(-1)
-			h.op.Store(nil)
+			h.clear()
 			return nil, false
 		}
 		if w.CompareAndSwap(s, s|stParked|own) {
@@ -428,7 +444,7 @@ func ArmContext(o *Op) {
 // It reports whether it counted them.
 func AddWatches(o *Op, n int) bool {
 	w := o.word()
-	t := o.t.Load()
+	t := o.t
 	st := t.stripe(o)
 	st.watched.Add(int64(n))
 	for {
@@ -467,7 +483,7 @@ func Cancel(o *Op) bool {
 			break
 		}
 	}
-	t := o.t.Load()
+	t := o.t
 	st := t.stripe(o)
 	if n := s >> watchShift; n > 0 {
 		st.watched.Add(-int64(n))

@@ -219,7 +219,7 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 }
 
 func (o *Op) tryComplete() (done bool) {
-	if t := o.t.Load(); t != nil {
+	if t := o.t; t != nil { // checkable: parked, so Park's write is seen
 		defer func() {
 			if r := recover(); r != nil {
 				t.recovered(o, "TryComplete", r)
