@@ -116,11 +116,45 @@ func BenchmarkWatchAndComplete(b *testing.B) {
 // purgatory with the histograms and one without (each with 100,000
 // operations pending) and reports the median time per request of each
 // one's blocks, and the median ratio of adjacent blocks.
+//
+// At once, each request is completed by CheckAndComplete right after its
+// park, its cache lines still at hand. Delayed, as in perf run C, each
+// request is parked on three keys of 100 and ForceComplete completes the
+// one parked 50,000 requests earlier, whose lines have gone cold.
 func BenchmarkTimeInPurgatory(b *testing.B) {
-	on := newBenchPurgatory(b, 100_000, purgatory.WithTimeInPurgatory())
-	off := newBenchPurgatory(b, 100_000)
+	b.Run("completion=at-once", func(b *testing.B) {
+		benchTimeInPurgatory(b, func(p *purgatory.Purgatory[tpKey, *benchOp], _ int, i int32) {
+			watchAndComplete(b, p, 0, i)
+		})
+	})
+	b.Run("completion=delayed", func(b *testing.B) {
+		const lag = 50_000
+		var rings [2][lag]*benchOp
+		r := rand.New(rand.NewPCG(7, 7))
+		benchTimeInPurgatory(b, func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32) {
+			o := newBenchOp(30 * time.Second)
+			if done, err := p.TryCompleteElseWatch(o, tpKey{Topic: "c", Partition: r.Int32N(100)},
+				tpKey{Topic: "c", Partition: r.Int32N(100)}, tpKey{Topic: "c", Partition: r.Int32N(100)}); err != nil || done {
+				b.Fatal("not parked", err)
+			}
+			slot := &rings[which][int(i)%lag]
+			if old := *slot; old != nil && !old.ForceComplete() {
+				b.Fatal("not completed")
+			}
+			*slot = o
+		})
+	})
+}
+
+// benchTimeInPurgatory runs step for request i on the purgatory with the
+// histograms (which 1) or the one without (which 0), in alternating blocks.
+func benchTimeInPurgatory(b *testing.B, step func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32)) {
+	ps := [2]*purgatory.Purgatory[tpKey, *benchOp]{
+		newBenchPurgatory(b, 100_000),
+		newBenchPurgatory(b, 100_000, purgatory.WithTimeInPurgatory()),
+	}
 	const block = 500
-	var blocks [2][]time.Duration // off, on
+	var blocks [2][]time.Duration
 	which, start := 0, time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -130,11 +164,7 @@ func BenchmarkTimeInPurgatory(b *testing.B) {
 			blocks[which] = append(blocks[which], now.Sub(start))
 			which, start = 1-which, now
 		}
-		p := off
-		if which == 1 {
-			p = on
-		}
-		watchAndComplete(b, p, 0, i)
+		step(ps[which], which, i)
 	}
 	n := min(len(blocks[0]), len(blocks[1]))
 	if n == 0 {
