@@ -13,7 +13,6 @@ import (
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/tasklink"
-	"github.com/purgatory-go/purgatory/internal/tsc"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
@@ -145,7 +144,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.now, p.stamp, p.addAt = tasklink.Clock(p.timer)
 	}
 	if p.now == nil {
-		p.now, p.stamp = systemNow, systemStamp()
+		p.now, p.stamp = tasklink.System()
 	}
 	if c.times {
 		p.tracker.Now = p.stamp
@@ -464,16 +463,6 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
-
-var epoch = time.Now()
-
-// systemNow is the clock for purgatories whose timer is not one of package
-// timer's: monotonic nanoseconds.
-func systemNow() int64 { return int64(time.Since(epoch)) }
-
-// systemStamp reads systemNow's clock through the CPU's counter where it
-// can (internal/tsc).
-var systemStamp = sync.OnceValue(func() func() int64 { return tsc.New(systemNow) })
 
 const (
 	levelsNever  = iota // T does not implement Leveled[K]

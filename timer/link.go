@@ -9,6 +9,7 @@ import (
 )
 
 func init() {
+	tasklink.System = func() (now, stamp func() int64) { return systemNow, systemStamp() }
 	tasklink.Clock = func(tm any) (now, stamp func() int64, addAt func(task any, now int64) error) {
 		t, ok := tm.(Timer)
 		if !ok {

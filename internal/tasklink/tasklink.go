@@ -26,6 +26,12 @@ const (
 	ExpireOffset = 32
 )
 
+// System returns package timer's system clock (monotonic nanoseconds) and
+// a cheap reading of it (stamp), for a purgatory whose timer is not one of
+// package timer's: one clock for the whole module. Set by package timer's
+// init.
+var System func() (now, stamp func() int64)
+
 // OwnDeadline is the bit of TaskBase.flags that says the lifecycle wrote
 // TaskBase.expire itself when it parked the operation, from the reading of
 // the timer's clock the purgatory hands to Add, and reads it at completion.
