@@ -161,7 +161,10 @@ func (t *SystemTimer) addAt(task Task, now int64) error {
 		e.expire = tasklink.Deadline(int64(e.delay), now)
 	}
 	due := e.delay <= 0
-	tick := t.tickOf(e.expire)
+	var tick int64
+	if !due {
+		tick = t.tickOf(e.expire)
+	}
 	for {
 		e.unlink() // a pending task moves: take it out of its old bucket
 		if due {
