@@ -36,9 +36,9 @@ const (
 	maxScale = 1000
 )
 
-// Clock is the exact clock read through the counter. Its zero value is not
+// clock is the exact clock read through the counter. Its zero value is not
 // usable; make one with newClock.
-type Clock struct {
+type clock struct {
 	exact   func() int64
 	counter func() int64           // nil: rdtsc, called directly
 	cur     atomic.Pointer[anchor] // what Now extrapolates from
@@ -70,14 +70,14 @@ func New(exact func() int64) func() int64 {
 	return newClock(exact, nil).Now
 }
 
-func newClock(exact, counter func() int64) *Clock {
-	c := &Clock{exact: exact, counter: counter}
+func newClock(exact, counter func() int64) *clock {
+	c := &clock{exact: exact, counter: counter}
 	c.cur.Store(&anchor{}) // uncalibrated: the first Now anchors
 	return c
 }
 
 // Now reads the clock.
-func (c *Clock) Now() int64 {
+func (c *clock) Now() int64 {
 	a := c.cur.Load()
 	d := c.read() - a.ticks
 	// A negative d (a counter behind the anchor) is a huge unsigned one,
@@ -90,7 +90,7 @@ func (c *Clock) Now() int64 {
 	return a.ns + int64(uint64(d)*a.mult>>32)
 }
 
-func (c *Clock) read() int64 {
+func (c *clock) read() int64 {
 	if c.counter == nil {
 		return rdtsc()
 	}
@@ -100,7 +100,7 @@ func (c *Clock) read() int64 {
 // reanchor reads the exact clock, returns it, and makes it the anchor of
 // later reads when it can tell what counter value it goes with. Goroutines
 // that re-anchor at once each store a valid anchor; the last one stays.
-func (c *Clock) reanchor() int64 {
+func (c *clock) reanchor() int64 {
 	t0 := c.read()
 	ns := c.exact()
 	t1 := c.read()
@@ -140,7 +140,7 @@ func (c *Clock) reanchor() int64 {
 }
 
 // restart measures the rate afresh from this reading.
-func (c *Clock) restart(ticks, ns int64) {
+func (c *clock) restart(ticks, ns int64) {
 	a := &anchor{ticks: ticks, ns: ns}
 	c.base.Store(a)
 	c.cur.Store(a)

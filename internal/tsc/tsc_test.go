@@ -42,8 +42,8 @@ func TestExactUntilCalibrated(t *testing.T) {
 	}
 }
 
-// calibrated returns a Clock on f that extrapolates.
-func calibrated(t *testing.T, f *fake) *Clock {
+// calibrated returns a clock on f that extrapolates.
+func calibrated(t *testing.T, f *fake) *clock {
 	t.Helper()
 	c := newClock(f.exact, f.counter)
 	c.Now()
@@ -213,10 +213,48 @@ func BenchmarkNow(b *testing.B) {
 }
 
 func TestPadded(t *testing.T) {
-	if s := unsafe.Sizeof(Clock{}); s != 128 {
-		t.Errorf("Clock is %d bytes, want 128", s)
+	if s := unsafe.Sizeof(clock{}); s != 128 {
+		t.Errorf("clock is %d bytes, want 128", s)
 	}
 	if s := unsafe.Sizeof(anchor{}); s != 128 {
 		t.Errorf("anchor is %d bytes, want 128", s)
+	}
+}
+
+// TestReanchorRacesReanchor runs a second reading exactly between the two
+// counter reads of a re-anchoring (inside its read of the exact clock), so
+// that it re-anchors first: both store a valid anchor, whichever stays, and
+// readings after them are off by no more than half the microsecond the
+// competitor put between the outer pair's counter reads.
+func TestReanchorRacesReanchor(t *testing.T) {
+	f := &fake{ns: 1e9, perNs: 2.5}
+	c := calibrated(t, f)
+	f.ns += 2 * int64(reanchorEvery) // past the anchor's reach: the next read re-anchors
+	raced := false
+	var inner int64
+	f.between = func() {
+		if raced {
+			return
+		}
+		raced = true
+		f.ns += 1_000 // the competitor comes a microsecond later
+		inner = c.Now()
+	}
+	outer := c.Now()
+	f.between = nil
+	if !raced {
+		t.Fatal("the competitor never ran")
+	}
+	if inner != f.ns || outer != f.ns {
+		t.Fatalf("readings %d (inner) and %d (outer), exact %d", inner, outer, f.ns)
+	}
+	if c.cur.Load().mult == 0 {
+		t.Fatal("no calibrated anchor after two re-anchorings")
+	}
+	for range 1_000 {
+		f.ns += 3_000
+		if got := c.Now(); abs(got-f.ns) > 600 { // 500, and what that does to the rate over 3 ms
+			t.Fatalf("Now = %d, exact %d", got, f.ns)
+		}
 	}
 }
