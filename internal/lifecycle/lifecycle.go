@@ -65,7 +65,12 @@ type Op struct {
 	// CAS orders the two and t needs no atomic store, which would cost a
 	// full barrier on every park.
 	t *Tracker
-	h atomic.Pointer[Handle] // set by Init (fat) and by Park, before the park CAS; read by Cause at any time
+	// h is the Handle the watch lists hold. For a fat operation it is the
+	// fatHandle Init made (stFat, set after it, publishes it), which Park
+	// fills in and keeps; otherwise Park sets it before its CAS, and only
+	// goroutines that saw the operation parked or cancelled read it. Plain
+	// stores either way, for the same reason as t.
+	h *Handle
 }
 
 func (o *Op) lifecycleOp() *Op { return o }
@@ -141,8 +146,8 @@ func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 // Handle is what watch lists hold instead of the operation. Completing or
 // cancelling the operation clears it, which releases the operation from
 // every list at once without taking a list's lock; the 8-byte Handle stays
-// on the lists until they are next compacted. A new Handle is made for
-// each park.
+// on the lists until they are next compacted. An operation parks at most
+// once, so it has at most one Handle.
 type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
 	// Park sets it in the Handle's composite literal, before anyone can
@@ -186,7 +191,7 @@ func (o *Op) parkedAt() int64 {
 	if fh := o.fat(); fh != nil {
 		return fh.parked
 	}
-	return (*timedHandle)(unsafe.Pointer(o.h.Load())).parked
+	return (*timedHandle)(unsafe.Pointer(o.h)).parked
 }
 
 // deadline is the timer entry's deadline: written by Park when the
@@ -204,7 +209,7 @@ func (o *Op) fat() *fatHandle {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return (*fatHandle)(unsafe.Pointer(o.h.Load()))
+	return (*fatHandle)(unsafe.Pointer(o.h))
 }
 
 // Options are what Init takes besides the timeout.
@@ -228,11 +233,11 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	}
 	if opt.Lock != nil || opt.Ctx != nil {
 		fh := &fatHandle{lock: opt.Lock, shared: opt.Shared, ctx: opt.Ctx}
-		o.h.Store(&fh.Handle)
+		o.h = &fh.Handle
 		o.word().Or(stFat)
 	} else {
-		o.h.Store(nil)
 		o.word().And(^stFat)
+		o.h = nil
 	}
 }
 
@@ -296,9 +301,9 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 	if s&stParked != 0 {
 		st := t.stripe(o)
 		if n := s >> watchShift; n > 0 {
-			st.watched.Add(-int64(n))
+			st.unwatched.Add(int64(n))
 		}
-		st.pending.Add(-1)
+		st.unparked.Add(1)
 		if t.Now != nil {
 			// The histogram's buckets count the completions: no other
 			// counter to add to.
@@ -308,7 +313,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		}
 		t.release()
 	}
-	o.release()
+	o.release(t != nil)
 	o.call(t, Callbacks.OnComplete, "OnComplete")
 	if k == Expired || k == Shutdown {
 		o.call(t, Callbacks.OnExpiration, "OnExpiration")
@@ -319,12 +324,16 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 // release lets go of everything that could reach or wake the operation
 // once it has left its purgatory: the timer entry, the watch lists (through
 // the Handle) and the context's AfterFunc.
-func (o *Op) release() {
+//
+// parked says whether the operation was parked (or cancelled, which only a
+// parked one can be): only then may o.h be read, and only then is there
+// anything but the timer entry to let go of.
+func (o *Op) release(parked bool) {
 	o.tb.Cancel()
-	h := o.h.Load()
-	if h == nil {
+	if !parked {
 		return
 	}
+	h := o.h
 	h.clear() // off every watch list at once (KAFKA-19389)
 	if fh := o.fat(); fh != nil {
 		if stop := fh.stop.Swap(nil); stop != nil {
@@ -381,16 +390,21 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
 		return nil, false
 	}
+	// An operation parks at most once, so a fat one keeps the Handle Init
+	// made: no one reads its op before the CAS below publishes it.
 	var h *Handle
 	op := Handle{op: unsafe.Pointer(o)}
 	switch fh := o.fat(); {
 	case fh != nil:
-		nf := &fatHandle{Handle: op, parked: now, lock: fh.lock, shared: fh.shared, ctx: fh.ctx}
-		h = &nf.Handle
+		fh.op = op.op
+		fh.parked = now
+		h = &fh.Handle
 	case t.Now != nil && !t.OwnDeadline:
 		h = &(&timedHandle{Handle: op, parked: now}).Handle
+		o.h = h
 	default:
 		h = &op
+		o.h = h
 	}
 	var own uint32
 	if t.OwnDeadline {
@@ -398,16 +412,15 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 		own = stDeadline
 	}
 	o.t = t
-	o.h.Store(h)
 	st := t.stripe(o)
-	st.pending.Add(1)
+	st.parked.Add(1)
 	if seam != nil {
 		seam("published", o)
 	}
 	for {
 		s := w.Load()
 		if s&(stParked|stCompleted|stCancelled) != 0 {
-			st.pending.Add(-1)
+			st.parked.Add(-1)
 			h.clear()
 			return nil, false
 		}
@@ -446,11 +459,11 @@ func AddWatches(o *Op, n int) bool {
 	w := o.word()
 	t := o.t
 	st := t.stripe(o)
-	st.watched.Add(int64(n))
+	st.watches.Add(int64(n))
 	for {
 		s := w.Load()
 		if s&stParked == 0 || int(s>>watchShift)+n > MaxKeys {
-			st.watched.Add(-int64(n))
+			st.watches.Add(-int64(n))
 			return false
 		}
 		if w.CompareAndSwap(s, s+uint32(n)<<watchShift) {
@@ -486,12 +499,12 @@ func Cancel(o *Op) bool {
 	t := o.t
 	st := t.stripe(o)
 	if n := s >> watchShift; n > 0 {
-		st.watched.Add(-int64(n))
+		st.unwatched.Add(int64(n))
 	}
-	st.pending.Add(-1)
+	st.unparked.Add(1)
 	st.cancelled.Add(1)
 	t.release()
-	o.release()
+	o.release(true)
 	l.Unlock()
 	return true
 }

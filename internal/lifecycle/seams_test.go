@@ -51,7 +51,33 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, Counts{}, tr.Counts(), "nothing counted, nothing left")
-	assert.Nil(t, o.h.Load().Op(), "the handle Park made does not hold the operation")
+	assert.Nil(t, o.h.Op(), "the handle Park made does not hold the operation")
+}
+
+// The same for an operation with a context, whose Handle is the one Init
+// made and Park keeps: the completion before the CAS neither reads nor
+// clears it (there is nothing to release yet), Park's failed CAS clears
+// what it wrote, and no AfterFunc is ever armed.
+func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := newSeamOp(ctx)
+	initHandle := o.h
+	require.NotNil(t, initHandle, "an operation with a context has its Handle from Init")
+	at(t, "published", func(o *Op) {
+		require.NotNil(t, o.h.Op(), "Park has filled in the Handle")
+		require.True(t, ForceComplete(o))
+	})
+	var tr Tracker
+	h, ok := Park(&o.Op, &tr, 0)
+	assert.False(t, ok)
+	assert.Nil(t, h)
+	assert.Same(t, initHandle, o.h, "Park keeps Init's Handle")
+	assert.Nil(t, o.h.Op(), "the failed park let go of the operation")
+	assert.Nil(t, o.fat().stop.Load(), "no AfterFunc armed")
+	cancel()
+	assert.Equal(t, 1, o.completes)
+	assert.Equal(t, Counts{}, tr.Counts(), "nothing counted, nothing left")
 }
 
 // A completion that lands after ArmContext registered the AfterFunc but

@@ -8,10 +8,11 @@ import (
 )
 
 // Tracker counts what a purgatory's operations report. The counters are
-// striped by operation address: a request is usually parked on one
-// goroutine and completed on another, and with one set of counters every
-// request would bounce their cache line between two cores several times.
-// Reads sum the stripes.
+// striped by operation address, and within a stripe what a park writes is
+// on another cache line than what a completion writes: a request is
+// usually parked on one goroutine and completed on another, and with
+// shared counters every request would bounce their lines between two
+// cores. Reads sum the stripes.
 type Tracker struct {
 	stripes [trackerStripes]trackerStripe
 
@@ -57,8 +58,16 @@ func (t *Tracker) Times(k Kind, s *hist.Snapshot) {
 const trackerStripes = 16
 
 type trackerStripe struct {
-	pending   atomic.Int64     // parked, not yet completed or cancelled
-	watched   atomic.Int64     // live watch entries of parked operations
+	// Written where operations are parked and watched.
+	parked  atomic.Int64 // parks, less those whose CAS failed
+	watches atomic.Int64 // watch entries counted by AddWatches
+	_       [128 - 16]byte
+
+	// Written where they complete or are cancelled. On a line of their
+	// own: a request parked on one core and completed on another would
+	// otherwise take this line from the other core twice.
+	unparked  atomic.Int64     // parked operations that completed or were cancelled
+	unwatched atomic.Int64     // their watch entries
 	done      [4]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
@@ -101,12 +110,19 @@ func (t *Tracker) Counts() Counts {
 	return c
 }
 
-// Live sums the pending operations and their watch entries.
+// Live sums the pending operations and their watch entries. It reads what
+// left before what arrived: an operation's arrival is counted before its
+// departure, so the difference is never below zero.
 func (t *Tracker) Live() (pending, watched int64) {
 	for i := range t.stripes {
 		s := &t.stripes[i]
-		pending += s.pending.Load()
-		watched += s.watched.Load()
+		pending -= s.unparked.Load()
+		watched -= s.unwatched.Load()
+	}
+	for i := range t.stripes {
+		s := &t.stripes[i]
+		pending += s.parked.Load()
+		watched += s.watches.Load()
 	}
 	return pending, watched
 }

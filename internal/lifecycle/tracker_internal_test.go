@@ -1,0 +1,77 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What a park writes and what a completion writes are on different cache
+// lines (of 64 bytes, and of the 128 that adjacent-line prefetch pairs), and
+// stripes do not share lines either.
+func TestTrackerStripeLayout(t *testing.T) {
+	var s trackerStripe
+	parkEnd := unsafe.Offsetof(s.watches) + unsafe.Sizeof(s.watches)
+	assert.GreaterOrEqual(t, unsafe.Offsetof(s.unparked), uintptr(128), "completion counters start a 128-byte block")
+	assert.LessOrEqual(t, parkEnd, uintptr(64), "park counters fit one line")
+	assert.LessOrEqual(t, unsafe.Offsetof(s.panics)+unsafe.Sizeof(s.panics)-unsafe.Offsetof(s.unparked), uintptr(64))
+	assert.Zero(t, unsafe.Sizeof(s)%128)
+}
+
+// Live, read while operations are parked, watched and completed on other
+// goroutines, never reports fewer than zero of either, and ends at zero.
+func TestLiveNeverNegative(t *testing.T) {
+	var tr Tracker
+	const workers, each = 2, 5000
+	stop := make(chan struct{})
+	var reader sync.WaitGroup
+	reader.Add(1)
+	var minPending, minWatched int64
+	go func() {
+		defer reader.Done()
+		for {
+			p, w := tr.Live()
+			minPending, minWatched = min(minPending, p), min(minWatched, w)
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	ops := make(chan *seamOp, 256)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range each {
+				o := newSeamOp(context.Background())
+				_, ok := Park(&o.Op, &tr, 0)
+				if ok {
+					AddWatches(&o.Op, 3)
+				}
+				ops <- o
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range each {
+				ForceComplete(&(<-ops).Op)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	reader.Wait()
+	assert.Zero(t, minPending)
+	assert.Zero(t, minWatched)
+	p, w := tr.Live()
+	require.Zero(t, p)
+	require.Zero(t, w)
+	assert.Equal(t, uint64(workers*each), tr.Counts().Done[Early])
+}
