@@ -40,15 +40,25 @@ type bucket struct {
 	// ordered by (expiration - lead).
 	index int
 	due   int64
+
+	// Pads the bucket to a multiple of 128 bytes, so that in a wheel's
+	// array every stripe sits alike in its cache lines: the array's start
+	// (a line, or 8 bytes into one after the allocator's header) puts the
+	// first 48 bytes of each stripe in one line.
+	_ [128 - 40]byte
 }
 
 const bucketStripes = 4
 
+// stripe is laid out so that what a link or an unlink writes (mu, count,
+// root.next and root.prev) is in its first 48 bytes, one cache line: an
+// Add on one core and a Cancel on another then pass one line between
+// them, not two.
 type stripe struct {
 	mu    sync.Mutex   // guards root and the links of every entry in this stripe
-	root  TaskBase     // sentinel: root.next is the oldest entry, root.prev the newest
 	count atomic.Int64 // linked entries; changed under mu, read without it by Size
-	_     [128 - 8 - 64 - 8]byte
+	root  TaskBase     // sentinel: root.next is the oldest entry, root.prev the newest
+	_     [128 - 8 - 8 - 64]byte
 }
 
 func (b *bucket) init() {

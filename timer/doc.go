@@ -126,7 +126,7 @@
 //     and moves each entry through more buckets.
 //   - [WithWheelSize] (20): n, the ratio of one level's tick to the next's;
 //     each level has 2n buckets. Larger wheels mean fewer levels and fewer
-//     moves per entry, for 552 bytes per bucket (four padded stripes).
+//     moves per entry, for 640 bytes per bucket (four padded stripes).
 //   - [WithExecutors] (1): goroutines running expired tasks. One keeps expiry
 //     order; more keep a slow task from holding up the rest; zero runs them on
 //     the goroutine advancing the clock, which on a busy machine halves the

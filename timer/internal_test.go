@@ -325,9 +325,9 @@ func TestHugeDelaySaturates(t *testing.T) {
 	assert.Equal(t, 0, st.Size())
 }
 
-// A bucket is the 552 bytes WithWheelSize's documentation promises.
+// A bucket is the 640 bytes WithWheelSize's documentation promises.
 func TestBucketSizeAsDocumented(t *testing.T) {
-	assert.Equal(t, uintptr(552), unsafe.Sizeof(bucket{}))
+	assert.Equal(t, uintptr(640), unsafe.Sizeof(bucket{}))
 	_, err := NewSystemTimer("big", WithWheelSize(MaxWheelSize+1))
 	assert.ErrorIs(t, err, ErrInvalidWheelSize)
 	st, err := NewSystemTimer("max", WithWheelSize(MaxWheelSize))
@@ -381,4 +381,40 @@ func TestAdvanceClockAfterCloseReturnsAtOnce(t *testing.T) {
 		assert.False(t, st.AdvanceClock(time.Hour))
 	}
 	assert.Less(t, time.Since(start), 30*time.Second, "AdvanceClock waited for its timeout")
+}
+
+// What linking and unlinking write in a stripe shares one 64-byte line,
+// and stripes share none.
+func TestStripeLayout(t *testing.T) {
+	var s stripe
+	for name, end := range map[string]uintptr{
+		"mu":        unsafe.Offsetof(s.mu) + unsafe.Sizeof(s.mu),
+		"count":     unsafe.Offsetof(s.count) + unsafe.Sizeof(s.count),
+		"root.next": unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.next) + unsafe.Sizeof(s.root.next),
+		"root.prev": unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.prev) + unsafe.Sizeof(s.root.prev),
+	} {
+		assert.LessOrEqual(t, end, uintptr(64), name)
+	}
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(s))
+
+	for _, n := range []int{20, 64} { // a small array and a large one
+		st, err := NewSystemTimer("aligned", WithWheelSize(n))
+		require.NoError(t, err)
+		checkStripeLines(t, st)
+		st.Close()
+	}
+}
+
+func checkStripeLines(t *testing.T, st *SystemTimer) {
+	var s stripe
+	// In the wheel's array (which the allocator may start 8 bytes into a
+	// line, after its type header) the hot fields of every stripe are in
+	// one line.
+	hot := unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.prev) + unsafe.Sizeof(s.root.prev)
+	for i := range st.wheel.buckets {
+		for j := range st.wheel.buckets[i].stripes {
+			addr := uintptr(unsafe.Pointer(&st.wheel.buckets[i].stripes[j]))
+			require.Equal(t, addr/64, (addr+hot-1)/64, "bucket %d stripe %d: hot fields in one line", i, j)
+		}
+	}
 }

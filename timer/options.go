@@ -88,10 +88,10 @@ func WithTick(d time.Duration) Option {
 // ahead, and the next level's tick is n of this one's. A larger wheel means
 // fewer levels (less cascading for long delays) at the cost of memory: a
 // level holds 2n buckets (it overlaps the next level by one span, see
-// package doc) of 552 bytes each, so 22 KiB a level for the default n = 20
+// package doc) of 640 bytes each, so 25 KiB a level for the default n = 20
 // (Kafka's), and levels are created as delays need them. NewSystemTimer
 // allocates the finest level at once; n must be from 2 to MaxWheelSize,
-// whose levels take 4.5 MiB each.
+// whose levels take 5 MiB each.
 func WithWheelSize(n int) Option {
 	return optionFunc(func(c *config) { c.wheelSize = n })
 }
