@@ -418,3 +418,28 @@ func checkStripeLines(t *testing.T, st *SystemTimer) {
 		}
 	}
 }
+
+// A Cancel between a due bucket's flush and the firing of its entries
+// (they are pending and in no bucket) wins: the task does not run, Cancel
+// reports that it prevented the run, and nothing is left counted.
+func TestCancelBetweenFlushAndFire(t *testing.T) {
+	st, clk := newInlineTimer(t)
+	tasks := []*probe{newProbe(5 * time.Millisecond), newProbe(5 * time.Millisecond), newProbe(5 * time.Millisecond)}
+	for _, p := range tasks {
+		require.NoError(t, st.Add(p))
+	}
+	var cancelled bool
+	flushedHook = func(flushed []*TaskBase) {
+		require.Len(t, flushed, 3)
+		require.Nil(t, bucketOf(tasks[1]), "flushed entries are in no bucket")
+		require.True(t, tasks[1].isPending())
+		cancelled = tasks[1].Cancel()
+	}
+	t.Cleanup(func() { flushedHook = nil })
+	clk.Advance(5 * time.Millisecond)
+	st.runDue()
+	assert.True(t, cancelled, "the Cancel prevented a pending run")
+	assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
+	assert.Equal(t, 0, st.Size())
+	assert.Equal(t, uint64(2), st.Stats().Fired)
+}

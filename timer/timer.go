@@ -35,6 +35,11 @@ type Timer interface {
 	Close() error
 }
 
+// flushedHook, if set, is called with the entries of a due bucket between
+// taking them out and firing them: a step that a Cancel can act between.
+// Tests set it.
+var flushedHook func([]*TaskBase)
+
 // waker is implemented by this package's timers so that a Reaper can cut
 // short an AdvanceClock in progress.
 type waker interface{ wake() }
@@ -66,6 +71,7 @@ type SystemTimer struct {
 	closed  bool        // guarded by mu
 	shut    atomic.Bool // closed, readable without mu
 	expired []*TaskBase // expired entries of one step, guarded by mu (write)
+	flushed []*TaskBase // a due bucket's entries while they fire, guarded by mu (write)
 	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
 
 	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
@@ -225,6 +231,9 @@ const (
 	// down: about 50-100µs of work, so that the buckets of the finest level,
 	// whose tasks are due, are never kept waiting longer than that.
 	cascadeChunk = 1024
+	// maxKeptFlush is the largest scratch slice kept between due buckets
+	// (64 KiB of pointers).
+	maxKeptFlush = 8192
 )
 
 // step is the body of AdvanceClock, under the write lock:
@@ -253,9 +262,20 @@ func (t *SystemTimer) step(b *bucket) bool {
 		if t.drainBefore(b) {
 			t.queue.offer(b) // moving down may have made earlier buckets: take them first
 		} else if b.lead == 0 {
+			// Every entry is due: take them all out under one lock a
+			// stripe (a Cancel meanwhile finds them in no bucket, and
+			// reinsert skips what it cancelled), then fire them.
 			t.wheel.advance(b.expiration.Load())
-			for e := b.pop(); e != nil; e = b.pop() {
+			t.flushed = b.flush(t.flushed[:0])
+			if flushedHook != nil {
+				flushedHook(t.flushed)
+			}
+			for i, e := range t.flushed {
 				t.reinsert(e)
+				t.flushed[i] = nil
+			}
+			if cap(t.flushed) > maxKeptFlush {
+				t.flushed = nil // one huge bucket should not pin its size
 			}
 		} else {
 			t.wheel.advance(b.expiration.Load() - b.lead)
