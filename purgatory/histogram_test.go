@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,6 +137,24 @@ func TestTimesAllocateNothing(t *testing.T) {
 	assert.Equal(t, testing.AllocsPerRun(1000, park(q)), testing.AllocsPerRun(1000, park(p)))
 	// The operation and its handle: nothing else on the request path.
 	assert.LessOrEqual(t, testing.AllocsPerRun(1000, park(p)), 2.0)
+}
+
+// An operation with its own lock costs one allocation more than a plain
+// one, the fat Handle Init makes, which its park keeps rather than copies.
+func TestFatOperationParksWithoutAnotherHandle(t *testing.T) {
+	p, _ := newMockPurgatory(t)
+	var mu sync.Mutex
+	request := func(opts ...operation.InitOption) func() {
+		return func() {
+			o := newOp(time.Second, opts...)
+			_, _ = p.TryCompleteElseWatch(o, "k")
+			o.Ready.Store(true)
+			p.CheckAndComplete("k")
+		}
+	}
+	plain := testing.AllocsPerRun(1000, request())
+	fat := testing.AllocsPerRun(1000, request(operation.WithLock(&mu)))
+	assert.Equal(t, plain+1, fat)
 }
 
 // Without WithTimeInPurgatory nothing is timed, and the counts go on.
