@@ -270,10 +270,10 @@ func (t *SystemTimer) step(b *bucket) bool {
 			if flushedHook != nil {
 				flushedHook(t.flushed)
 			}
-			for i, e := range t.flushed {
+			for _, e := range t.flushed {
 				t.reinsert(e)
-				t.flushed[i] = nil
 			}
+			clear(t.flushed)
 			if cap(t.flushed) > maxKeptFlush {
 				t.flushed = nil // one huge bucket should not pin its size
 			}

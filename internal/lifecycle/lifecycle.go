@@ -150,8 +150,9 @@ func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
 // once, so it has at most one Handle.
 type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
-	// Park sets it in the Handle's composite literal, before anyone can
-	// see the Handle; after that it is read and cleared atomically.
+	// Park sets it before the compare-and-swap that publishes the Handle
+	// (in a new Handle's composite literal, or in the fat Handle Init
+	// made); after that it is read and cleared atomically.
 	op unsafe.Pointer
 }
 
@@ -383,8 +384,8 @@ func Expire(o *Op, k Kind) bool { return finish(o, k) }
 // The Tracker and the Handle are published before the compare-and-swap
 // that parks, so a ForceComplete racing with Park either completes an
 // unparked operation (Park then fails) or sees both (and uncounts the
-// park). Pending is raised before the swap and lowered again if it fails,
-// so that it never dips below zero.
+// park). The arrival is counted before the swap and taken back if it
+// fails, so that the pending count never dips below zero.
 func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	w := o.word()
 	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
@@ -392,18 +393,17 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	}
 	// An operation parks at most once, so a fat one keeps the Handle Init
 	// made: no one reads its op before the CAS below publishes it.
+	self := unsafe.Pointer(o)
 	var h *Handle
-	op := Handle{op: unsafe.Pointer(o)}
 	switch fh := o.fat(); {
 	case fh != nil:
-		fh.op = op.op
-		fh.parked = now
+		fh.op, fh.parked = self, now
 		h = &fh.Handle
 	case t.Now != nil && !t.OwnDeadline:
-		h = &(&timedHandle{Handle: op, parked: now}).Handle
+		h = &(&timedHandle{Handle: Handle{op: self}, parked: now}).Handle
 		o.h = h
 	default:
-		h = &op
+		h = &Handle{op: self}
 		o.h = h
 	}
 	var own uint32
