@@ -110,6 +110,9 @@ func (t *Tracker) Counts() Counts {
 	return c
 }
 
+// liveSeam, if set, runs between Live's two passes. Tests set it.
+var liveSeam func()
+
 // Live sums the pending operations and their watch entries. It reads what
 // left before what arrived: an operation's arrival is counted before its
 // departure, so the difference is never below zero.
@@ -118,6 +121,9 @@ func (t *Tracker) Live() (pending, watched int64) {
 		s := &t.stripes[i]
 		pending -= s.unparked.Load()
 		watched -= s.unwatched.Load()
+	}
+	if liveSeam != nil {
+		liveSeam()
 	}
 	for i := range t.stripes {
 		s := &t.stripes[i]

@@ -75,3 +75,25 @@ func TestLiveNeverNegative(t *testing.T) {
 	require.Zero(t, w)
 	assert.Equal(t, uint64(workers*each), tr.Counts().Done[Early])
 }
+
+// An operation parked, watched and completed exactly between Live's two
+// passes is counted as an arrival and not as a departure: Live then reports
+// one too many for that moment, never one too few (below zero).
+func TestLiveWithAnOperationBetweenItsPasses(t *testing.T) {
+	var tr Tracker
+	liveSeam = func() {
+		liveSeam = nil
+		o := newSeamOp(context.Background())
+		_, ok := Park(&o.Op, &tr, 0)
+		require.True(t, ok)
+		require.True(t, AddWatches(&o.Op, 2))
+		require.True(t, ForceComplete(&o.Op))
+	}
+	t.Cleanup(func() { liveSeam = nil })
+	p, w := tr.Live()
+	assert.Equal(t, int64(1), p, "counted as arrived only")
+	assert.Equal(t, int64(2), w)
+	p, w = tr.Live()
+	assert.Zero(t, p)
+	assert.Zero(t, w)
+}
