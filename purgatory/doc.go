@@ -79,7 +79,9 @@
 // slots left behind are dropped when their key is next checked, and a key
 // left empty is removed then; or by Kafka's purge, which here also waits
 // until dead slots outnumber live ones, so that its cost is spread over at
-// least as many completions as slots it visits. WithMaxPending bounds the
+// least as many completions as slots it visits, and done a step of about
+// 16,000 slots at a time so that a hot key's purge never holds up expiries
+// for long. WithMaxPending bounds the
 // operations parked at once (ErrFull beyond it).
 //
 // # Goroutines

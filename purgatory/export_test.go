@@ -30,3 +30,6 @@ func SetStepHook(f func(Step)) (restore func()) {
 	stepHook = f
 	return func() { stepHook = nil }
 }
+
+// PurgeStepSize is how many watch entries a step of the purge visits.
+const PurgeStepSize = purgeStep

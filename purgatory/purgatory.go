@@ -49,6 +49,7 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// counter of its own on the request path. Guarded by purgeMu.
 	purgedAt     uint64
 	purgeMu      sync.Mutex
+	purging      atomic.Bool // a purge round is under way, a step at a time
 	leavePending bool
 
 	closed   atomic.Bool
@@ -369,8 +370,10 @@ func (p *Purgatory[K, T]) Expvar() expvar.Var {
 
 // AdvanceClock advances the timer, waiting up to timeout for a due bucket,
 // and purges completed operations from the watch lists once Kafka's
-// estimate says enough have piled up. The reaper calls it in a loop; call
-// it yourself only with WithoutReaper.
+// estimate says enough have piled up: one step of the purge, of about
+// 16,000 entries, a call, so that a purge of a hot key does not hold up
+// expiries. The reaper calls it in a loop; call it yourself only with
+// WithoutReaper, and regularly: a purge takes as many calls as it has steps.
 func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 	if p.timer != nil {
 		p.timer.AdvanceClock(timeout)
@@ -386,26 +389,53 @@ func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 // least as many completions as it visits entries. Dead entries are 8-byte
 // tombstones (the operations themselves are released at completion), so
 // letting up to as many as there are live entries wait costs little.
+//
+// A round of the purge is done in steps of purgeStep entries, one each
+// call, so that a hot key's list of hundreds of thousands of entries does
+// not hold up the expiries the reaper runs, nor the Watches of that key.
 func (p *Purgatory[K, T]) maybePurge() {
 	p.purgeMu.Lock()
 	defer p.purgeMu.Unlock()
+	if !p.purging.Load() && !p.purgeDue() {
+		return
+	}
+	n, more := p.watchers.PurgeStep(purgeStep)
+	p.purging.Store(more)
+	if n > 0 {
+		p.purged.Add(uint64(n))
+	}
+}
+
+// purgeStep is how many watch entries a step of the purge visits: about
+// 0.1-0.5 ms of work. At one step a millisecond that is 16 million entries
+// a second, above the 6 million that a million completions a second on
+// three keys leave to visit (each round visits the live entries too, and
+// no more of them than dead ones).
+const purgeStep = 1 << 14
+
+// purgePoll is how long the reaper waits for the timer while a purge round
+// is under way, so that the round goes on when nothing expires.
+const purgePoll = time.Millisecond
+
+// purgeDue reports whether a purge round should start, and if so notes
+// the completions it covers. The caller holds purgeMu.
+func (p *Purgatory[K, T]) purgeDue() bool {
 	_, live := p.tracker.Live()
 	live = max(live, 0)
 	dead := int64(p.watchers.Watched()) - live
 	if dead <= live {
-		return
+		return false
 	}
 	c := p.tracker.Counts()
 	left := c.Cancelled
 	for _, n := range c.Done {
 		left += n
 	}
-	if left-p.purgedAt > uint64(p.purgeInterval) {
-		p.purgedAt = left
-		if n := p.watchers.Purge(); n > 0 {
-			p.purged.Add(uint64(n))
-		}
+	if left-p.purgedAt <= uint64(p.purgeInterval) {
+		return false
 	}
+	p.purgedAt = left
+	return true
 }
 
 // reap is Kafka's ExpiredOperationReaper.
@@ -417,13 +447,17 @@ func (p *Purgatory[K, T]) reap() {
 			return
 		default:
 		}
+		poll := timer.ReaperPoll
+		if p.purging.Load() {
+			poll = purgePoll
+		}
 		if p.timer != nil {
-			p.timer.AdvanceClock(timer.ReaperPoll)
+			p.timer.AdvanceClock(poll)
 		} else {
 			select {
 			case <-p.done:
 				return
-			case <-time.After(timer.ReaperPoll):
+			case <-time.After(poll):
 			}
 		}
 		p.maybePurge()

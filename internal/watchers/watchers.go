@@ -30,6 +30,7 @@ type Watchers[K comparable] struct {
 	seed    maphash.Seed
 	watched atomic.Int64 // entries on all lists, tombstones included
 	bufs    sync.Pool    // *[]*lifecycle.Op snapshots for Check
+	purge   purgeRound[K]
 }
 
 type shard[K comparable] struct {
@@ -68,18 +69,20 @@ const (
 
 // list holds one key's entries in chunks: chunks never move once
 // allocated, so a hot key with hundreds of thousands of entries grows
-// without copying them, and slack is at most one chunk.
+// without copying them, and slack is at most two chunks (the last, and the
+// one where a purge in steps stopped; see purge.go).
 //
 // Operations watched at a level (purgatory.Leveled) are kept apart, in lv,
 // sorted by level (see levels.go).
 type list[K comparable] struct {
 	key    K
-	chunks [][]*lifecycle.Handle // each full but the last; sizes 4, 8, ... maxChunk
+	chunks [][]*lifecycle.Handle // full but the last and one a purge step ended in; sizes 4, 8, ... maxChunk
 	n      int                   // entries in all chunks
 	lv     []levelled            // lv[lvHead:] sorted by level; before lvHead, cleared
 	lvHead int
 	next   *list[K] // another key with the same hash
 	idle   bool     // in its shard's ring of idle lists
+	gone   bool     // out of its shard's map (removed, or freed for reuse)
 }
 
 // empty reports whether l holds no entry, live or dead.
@@ -123,7 +126,7 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	l := sh.free
 	if l != nil {
 		sh.free, sh.nfree = l.next, sh.nfree-1
-		l.key, l.next = key, sh.lists[h]
+		l.key, l.next, l.gone = key, sh.lists[h], false
 	} else {
 		l = &list[K]{key: key, next: sh.lists[h]}
 	}
@@ -189,6 +192,7 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 			return nil
 		}
 		if l.key == key {
+			l.gone = true
 			switch {
 			case pp != nil:
 				pp.next = l.next
@@ -396,32 +400,6 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 		}
 	})
 	return ops
-}
-
-// Purge drops the tombstones of completed operations from every list, and
-// the lists left empty, and returns how many entries it dropped (Kafka's
-// purgeCompleted and removeKeyIfEmpty).
-func (w *Watchers[K]) Purge() int {
-	purged := 0
-	for i := range w.shards {
-		sh := &w.shards[i]
-		sh.mu.Lock()
-		var empty []*list[K]
-		for _, head := range sh.lists {
-			for l := head; l != nil; l = l.next {
-				purged += l.compactLocked(nil)
-				if l.empty() {
-					empty = append(empty, l)
-				}
-			}
-		}
-		for _, l := range empty {
-			w.emptiedLocked(sh, l)
-		}
-		sh.mu.Unlock()
-	}
-	w.watched.Add(int64(-purged))
-	return purged
 }
 
 // Watched returns the number of entries on all lists, counting an
