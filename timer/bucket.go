@@ -127,26 +127,32 @@ func unlinkLocked(e *TaskBase) {
 	e.list.Store(nil)
 }
 
-// pop unlinks and returns an entry, or nil when the bucket is empty, in
-// which case it also resets the expiration so that the bucket can be reused.
-// Entries come out stripe by stripe, oldest first within a stripe. The
-// caller holds the timer's write lock, so nothing is inserted meanwhile;
-// Cancels may still remove entries.
-func (b *bucket) pop() *TaskBase {
+// popInto moves up to max of b's entries into dst and returns it, taking
+// each stripe's lock once rather than once an entry. Once every stripe is
+// empty it marks b as in no queue, as flush does. The caller holds the
+// timer's write lock, so no Add links into b meanwhile; a Cancel may
+// unlink.
+func (b *bucket) popInto(dst []*TaskBase, max int) []*TaskBase {
 	for range bucketStripes {
 		s := &b.stripes[b.popFrom]
 		s.mu.Lock()
-		if e := s.root.next; e != &s.root {
+		n := 0
+		for e := s.root.next; e != &s.root && n < max; e = s.root.next {
 			unlinkLocked(e)
-			s.count.Add(-1)
-			s.mu.Unlock()
-			return e
+			dst = append(dst, e)
+			n++
+		}
+		if n > 0 {
+			s.count.Add(int64(-n))
 		}
 		s.mu.Unlock()
+		if max -= n; max == 0 {
+			return dst // this stripe may hold more: start there next time
+		}
 		b.popFrom = (b.popFrom + 1) % bucketStripes
 	}
 	b.expiration.Store(-1)
-	return nil
+	return dst
 }
 
 // flush unlinks every entry and appends them to dst, resetting the

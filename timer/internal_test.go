@@ -419,27 +419,48 @@ func checkStripeLines(t *testing.T, st *SystemTimer) {
 	}
 }
 
-// A Cancel between a due bucket's flush and the firing of its entries
-// (they are pending and in no bucket) wins: the task does not run, Cancel
-// reports that it prevented the run, and nothing is left counted.
-func TestCancelBetweenFlushAndFire(t *testing.T) {
-	st, clk := newInlineTimer(t)
-	tasks := []*probe{newProbe(5 * time.Millisecond), newProbe(5 * time.Millisecond), newProbe(5 * time.Millisecond)}
-	for _, p := range tasks {
-		require.NoError(t, st.Add(p))
+// A Cancel between taking entries out of a bucket and refiling them (they
+// are pending and in no bucket) wins: the task does not run, Cancel reports
+// that it prevented the run, nothing is left counted, and the others run on
+// time. Entries leave a due bucket all at once, and a coarser bucket moving
+// down in batches, before they are due.
+func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delay  time.Duration
+		coarse bool // the tasks start in a coarser level, and move down
+	}{
+		{"due", 5 * time.Millisecond, false},
+		{"moving down", 100 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, clk := newInlineTimer(t, WithWheelSize(20))
+			tasks := []*probe{newProbe(tc.delay), newProbe(tc.delay), newProbe(tc.delay)}
+			for _, p := range tasks {
+				p.clk = clk
+				require.NoError(t, st.Add(p))
+			}
+			require.Equal(t, tc.coarse, bucketOf(tasks[1]).lead > 0)
+			var cancelled, seen bool
+			flushedHook = func(batch []*TaskBase) {
+				if seen {
+					return
+				}
+				seen = true
+				require.Len(t, batch, 3)
+				require.Nil(t, bucketOf(tasks[1]), "entries taken out are in no bucket")
+				require.True(t, tasks[1].isPending())
+				cancelled = tasks[1].Cancel()
+			}
+			t.Cleanup(func() { flushedHook = nil })
+			clk.Advance(tc.delay)
+			st.runDue()
+			require.True(t, seen)
+			assert.True(t, cancelled, "the Cancel prevented a pending run")
+			assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
+			assert.Equal(t, tc.delay, tasks[0].at)
+			assert.Equal(t, 0, st.Size())
+			assert.Equal(t, uint64(2), st.Stats().Fired)
+		})
 	}
-	var cancelled bool
-	flushedHook = func(flushed []*TaskBase) {
-		require.Len(t, flushed, 3)
-		require.Nil(t, bucketOf(tasks[1]), "flushed entries are in no bucket")
-		require.True(t, tasks[1].isPending())
-		cancelled = tasks[1].Cancel()
-	}
-	t.Cleanup(func() { flushedHook = nil })
-	clk.Advance(5 * time.Millisecond)
-	st.runDue()
-	assert.True(t, cancelled, "the Cancel prevented a pending run")
-	assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
-	assert.Equal(t, 0, st.Size())
-	assert.Equal(t, uint64(2), st.Stats().Fired)
 }

@@ -35,9 +35,9 @@ type Timer interface {
 	Close() error
 }
 
-// flushedHook, if set, is called with the entries of a due bucket between
-// taking them out and firing them: a step that a Cancel can act between.
-// Tests set it.
+// flushedHook, if set, is called with entries taken out of a bucket (a due
+// one, or a batch of a coarser one moving down) before they are fired or
+// put back: a step that a Cancel can act between. Tests set it.
 var flushedHook func([]*TaskBase)
 
 // waker is implemented by this package's timers so that a Reaper can cut
@@ -71,7 +71,7 @@ type SystemTimer struct {
 	closed  bool        // guarded by mu
 	shut    atomic.Bool // closed, readable without mu
 	expired []*TaskBase // expired entries of one step, guarded by mu (write)
-	flushed []*TaskBase // a due bucket's entries while they fire, guarded by mu (write)
+	flushed []*TaskBase // entries taken out of a bucket while they are refiled, guarded by mu (write)
 	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
 
 	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
@@ -267,16 +267,7 @@ func (t *SystemTimer) step(b *bucket) bool {
 			// reinsert skips what it cancelled), then fire them.
 			t.wheel.advance(b.expiration.Load())
 			t.flushed = b.flush(t.flushed[:0])
-			if flushedHook != nil {
-				flushedHook(t.flushed)
-			}
-			for _, e := range t.flushed {
-				t.reinsert(e)
-			}
-			clear(t.flushed)
-			if cap(t.flushed) > maxKeptFlush {
-				t.flushed = nil // one huge bucket should not pin its size
-			}
+			t.refile()
 		} else {
 			t.wheel.advance(b.expiration.Load() - b.lead)
 			t.backlog = append(t.backlog, b)
@@ -285,15 +276,15 @@ func (t *SystemTimer) step(b *bucket) bool {
 		b = t.queue.pollDue(t.now())
 	}
 	for moved := 0; moved < cascadeChunk && len(t.backlog) > 0; {
-		e := t.backlog[0].pop()
-		if e == nil {
+		t.flushed = t.backlog[0].popInto(t.flushed[:0], cascadeChunk-moved)
+		if len(t.flushed) == 0 {
 			t.backlog[0] = nil
 			t.backlog = t.backlog[1:]
 			t.backlogLen.Store(int32(len(t.backlog)))
 			continue
 		}
-		t.reinsert(e)
-		moved++
+		moved += len(t.flushed)
+		t.refile()
 		did = true
 	}
 	expired := t.expired
@@ -313,8 +304,11 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 		if c == nil || c.expiration.Load() > due {
 			continue
 		}
-		for e := c.pop(); e != nil; e = c.pop() {
-			t.reinsert(e)
+		for {
+			if t.flushed = c.popInto(t.flushed[:0], cascadeChunk); len(t.flushed) == 0 {
+				break
+			}
+			t.refile()
 		}
 		t.backlog[i] = nil
 		drained = true
@@ -324,6 +318,24 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 		t.backlogLen.Store(int32(len(t.backlog)))
 	}
 	return drained
+}
+
+// refile puts the entries in t.flushed, just taken out of a bucket (a due
+// one, or a batch moving down), back into the wheels one level finer, or
+// fires them, then empties t.flushed for the next batch. Between taking an
+// entry out and refiling it a Cancel finds it in no bucket and wins;
+// reinsert then skips it. The caller holds the write lock.
+func (t *SystemTimer) refile() {
+	if flushedHook != nil {
+		flushedHook(t.flushed)
+	}
+	for _, e := range t.flushed {
+		t.reinsert(e)
+	}
+	clear(t.flushed)
+	if cap(t.flushed) > maxKeptFlush {
+		t.flushed = nil // one huge bucket should not pin its size
+	}
 }
 
 // dispatch hands expired tasks over with no lock held and keeps the slice
