@@ -1,7 +1,6 @@
 package watchers
 
 import (
-	"math"
 	"slices"
 	"sync"
 )
@@ -111,17 +110,6 @@ func (w *Watchers[K]) nextShardLocked(ps *purgeRound[K]) bool {
 	}
 	sh.mu.Unlock()
 	return true
-}
-
-// Purge drops the tombstones of completed operations from every list, and
-// the lists left empty, in one go, and returns how many entries it dropped.
-// A round of PurgeStep under way is abandoned: this one covers every list.
-func (w *Watchers[K]) Purge() int {
-	w.purge.mu.Lock()
-	w.purge.on = false
-	w.purge.mu.Unlock()
-	n, _ := w.PurgeStep(math.MaxInt)
-	return n
 }
 
 // purgeStepLocked drops the tombstones among about budget entries of l,
