@@ -101,7 +101,9 @@
 // and sleeps again. An idle timer therefore costs nothing, and a timer whose
 // next task is an hour away wakes once, not 3.6 million times. The runtime's
 // timers wake on millisecond boundaries, so on Linux the last 2 ms before a
-// due bucket are slept with nanosleep.
+// due bucket are slept with nanosleep. When every processor is busy the
+// runtime may not run the sleeping goroutine for 10 ms or more; an Add that
+// finds it 2 ms late wakes it and yields (see SystemTimer.Add).
 //
 // # Precision
 //

@@ -144,6 +144,13 @@ func (t *SystemTimer) tickOf(deadline int64) int64 {
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes.
+//
+// On the system clock, an Add that finds the goroutine advancing the clock
+// more than 2 ms behind (asleep past a due bucket, or in one AdvanceClock
+// for that long) wakes it and yields the processor once (runtime.Gosched):
+// on a machine whose processors are all busy, a loop that parks requests
+// would otherwise hold off the expiries until the scheduler preempts it.
+// At most one Add does so every 2 ms.
 func (t *SystemTimer) Add(task Task) error { return t.addAt(task, int64(t.now())) }
 
 // addAt is Add with the clock already read: a purgatory reads it once per
@@ -186,6 +193,9 @@ func (t *SystemTimer) addAt(task Task, now int64) error {
 	run := due && e.fire()
 	e.unlockAdd()
 	mu.RUnlock()
+	if t.queue.late(now) {
+		t.queue.nudge(now) // the expiries are late: give way to them
+	}
 	if run {
 		t.fired.Add(1)
 		if t.exec != nil {
@@ -205,8 +215,11 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	if t.shut.Load() {
 		return false // nothing will ever be due: do not wait for the timeout
 	}
+	defer t.queue.done()
 	if t.backlogLen.Load() > 0 {
-		return t.step(t.queue.pollDue(t.now()))
+		now := t.now()
+		t.queue.working(now)
+		return t.step(t.queue.pollDue(now))
 	}
 	t.pollMu.Lock()
 	b := t.queue.poll(timeout)
