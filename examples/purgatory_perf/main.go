@@ -4,7 +4,8 @@
 // lets the rest expire, and reports rate, CPU, GC, memory and expiry
 // lateness. With -impl=naive it runs the same load against a naive
 // purgatory (one mutex around a map of slices, one time.AfterFunc per
-// request), so that every figure can be compared within one machine.
+// request), so that every figure can be compared within one machine; with
+// -impl=floor, against what the workload costs by itself (floor.go).
 //
 //	cd examples && go run ./purgatory_perf -num 1000000 -rate 0 -timeout 1000 -pct50 50 -pct75 75
 package main
@@ -46,7 +47,7 @@ func main() {
 	flag.Float64Var(&c.pct50, "pct50", 50, "50th percentile of request latency in ms (log-normal)")
 	flag.Float64Var(&c.pct75, "pct75", 75, "75th percentile of request latency in ms (log-normal)")
 	flag.IntVar(&c.size, "size", 0, "bytes of payload each request carries")
-	flag.StringVar(&c.impl, "impl", "purgatory", "purgatory or naive")
+	flag.StringVar(&c.impl, "impl", "purgatory", "purgatory, naive, or floor (the workload's own cost: no watch lists, a timer only for requests that will expire)")
 	flag.IntVar(&executors, "executors", 0, "purgatory: goroutines running expired operations (0: the reaper runs them, the purgatory's default)")
 	flag.BoolVar(&timeInPurgatory, "times", false, "purgatory: record the time in purgatory (purgatory.WithTimeInPurgatory)")
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
@@ -88,8 +89,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-timeout must be positive")
 	case c.pct50 <= 0 || c.pct75 < c.pct50:
 		return fmt.Errorf("need 0 < -pct50 <= -pct75")
-	case c.impl != "purgatory" && c.impl != "naive":
-		return fmt.Errorf("-impl must be purgatory or naive")
+	case c.impl != "purgatory" && c.impl != "naive" && c.impl != "floor":
+		return fmt.Errorf("-impl must be purgatory, naive or floor")
 	}
 	return nil
 }
@@ -169,8 +170,11 @@ type result struct {
 }
 
 func run(c config) result {
-	if c.impl == "naive" {
+	switch c.impl {
+	case "naive":
 		return runWith(c, newNaive())
+	case "floor":
+		return runWith(c, &floor{})
 	}
 	return runWith(c, newReal())
 }

@@ -10,10 +10,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Both implementations complete every request exactly once, by completion
+// Every implementation completes every request exactly once, by completion
 // or by expiry, and never expire one early.
 func TestRunCountsAddUp(t *testing.T) {
-	for _, impl := range []string{"purgatory", "naive"} {
+	for _, impl := range []string{"purgatory", "naive", "floor"} {
 		t.Run(impl, func(t *testing.T) {
 			mixed := config{num: 3000, keys: 3, keySpace: 10, rate: 0, timeout: 40 * time.Millisecond,
 				pct50: 30, pct75: 45, impl: impl}
