@@ -47,8 +47,10 @@ func (o *floorOp) expire() {
 func (p *floor) park(req request, keys []string) (*floorOp, bool, error) {
 	o := &floorOp{req: req, p: p}
 	p.pend.Add(1)
-	if o.tryComplete() || o.tryComplete() {
-		return o, false, nil
+	for range 2 { // a purgatory checks before it watches and again after
+		if o.tryComplete() {
+			return o, false, nil
+		}
 	}
 	if req.completesAt-req.arrival >= track.timeout {
 		time.AfterFunc(track.timeout, o.expire) // never completed early: never stopped
