@@ -47,8 +47,9 @@ type delayQueue struct {
 	// AdvanceClock, and each time its poll wakes), nudgeAfter from then;
 	// while its poll sleeps until a bucket is due, nudgeAfter after that;
 	// math.MaxInt64 while it waits with nothing due, and between
-	// AdvanceClocks. Every Add reads it and only the advancing goroutine
-	// and a nudge write it, so it has a cache line of its own.
+	// AdvanceClocks. An offer of a new head while a poll runs lowers it.
+	// Every Add reads it; the advancing goroutine, a nudge and such an
+	// offer write it, so it has a cache line of its own.
 	_      [64]byte
 	lateAt atomic.Int64
 	_      [56]byte
