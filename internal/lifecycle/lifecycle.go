@@ -283,10 +283,24 @@ func ForceComplete(o *Op) bool { return o.complete(Early, false) }
 func (o *Op) complete(k Kind, needParked bool) bool {
 	w := o.word()
 	var s uint32
-	for {
+	var end int64
+	for read := false; ; {
 		s = w.Load()
 		if s&stCompleted != 0 || needParked && s&stParked == 0 {
 			return false
+		}
+		// The end of the time in purgatory is read before the swap, not
+		// after: the swap is a locked instruction, which the counter read
+		// (internal/tsc) waits behind, and on an operation parked on
+		// another core it waits for the line to come over. Read after it,
+		// the clock cost the histograms half as much again. A read for a
+		// completion that then loses the swap is wasted, and rare. Once
+		// the operation is seen parked, its Tracker is safe to read.
+		if !read && s&stParked != 0 {
+			if t := o.t; t.Now != nil {
+				end = t.Now()
+			}
+			read = true
 		}
 		if w.CompareAndSwap(s, (s|stCompleted|uint32(k)<<kindShift)&^stParked&flagBits) {
 			break
@@ -308,7 +322,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		if t.Now != nil {
 			// The histogram's buckets count the completions: no other
 			// counter to add to.
-			t.times(o)[k].Record(t.Now() - o.parkedAt())
+			t.times(o)[k].Record(end - o.parkedAt())
 		} else {
 			st.done[k].Add(1)
 		}
