@@ -132,10 +132,10 @@ func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPen
 // deadline is measured from, and the completion reads the clock again,
 // through the CPU's time-stamp counter where the kernel keeps time with it
 // (to within microseconds), and adds to two atomic counters. That is about
-// 2% of a request completed right after its park, but 5-7% of one
-// completed later, its cache lines cold, as most are: the clock read waits
-// behind the misses (docs/benchmarks.md). So it is off by default, and
-// costs nothing then.
+// 2% of a request completed right after its park, but 4-6% of one
+// completed later, its cache lines cold, as most are, and 6% of a request
+// in perf run C (docs/benchmarks.md). So it is off by default, and costs
+// nothing then.
 func WithTimeInPurgatory() Option { return optionFunc(func(c *config) { c.times = true }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending
