@@ -3,9 +3,12 @@ package lifecycle
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/internal/hist"
 )
 
 // seamOp counts its callbacks. (The module's shared test operation imports
@@ -101,4 +104,80 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, uint64(1), tr.Counts().Done[Early])
 	assert.Equal(t, uint64(0), tr.Counts().Done[Context], "the context did not complete it again")
+}
+
+// clockWith returns a Tracker that records times on a clock whose every
+// reading is end, and which runs f at its first reading. A completion
+// reads the clock between loading the state word and its swap, so f runs
+// exactly there. reads counts the readings.
+func clockWith(end int64, f func()) (tr *Tracker, reads *int) {
+	tr, reads = &Tracker{OwnDeadline: true}, new(int)
+	tr.Now = func() int64 {
+		if *reads++; *reads == 1 {
+			f()
+		}
+		return end
+	}
+	return tr, reads
+}
+
+// timeIn returns what tr recorded for kind k.
+func timeIn(tr *Tracker, k Kind) hist.Snapshot {
+	var s hist.Snapshot
+	tr.Times(k, &s)
+	return s
+}
+
+// An expiry that wins between a ForceComplete's clock read and its swap:
+// the ForceComplete reports false, and only the expiry is counted and
+// timed.
+func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
+	o := newSeamOp(context.Background())
+	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
+	_, ok := Park(&o.Op, tr, 0)
+	require.True(t, ok)
+
+	assert.False(t, ForceComplete(&o.Op))
+	assert.Equal(t, 1, o.completes)
+	assert.Equal(t, 1, o.expiries)
+	c := tr.Counts()
+	assert.Equal(t, [4]uint64{Expired: 1}, c.Done)
+	assert.Zero(t, c.Pending)
+	assert.Equal(t, int64(5*time.Millisecond)+1, timeIn(tr, Expired).Hi)
+	assert.Zero(t, timeIn(tr, Early).Hi, "the loser records nothing")
+}
+
+// A watch counted between the clock read and the swap fails the swap; the
+// retry completes with the reading already taken and uncounts the watch.
+func TestWatchBetweenClockReadAndSwap(t *testing.T) {
+	o := newSeamOp(context.Background())
+	tr, reads := clockWith(int64(5*time.Millisecond), func() { require.True(t, AddWatches(&o.Op, 2)) })
+	_, ok := Park(&o.Op, tr, 0)
+	require.True(t, ok)
+
+	assert.True(t, ForceComplete(&o.Op))
+	assert.Equal(t, 1, *reads, "one reading, kept across the retry")
+	c := tr.Counts()
+	assert.Equal(t, [4]uint64{Early: 1}, c.Done)
+	assert.Zero(t, c.Pending)
+	assert.Zero(t, c.Watched, "the watch counted in the gap is uncounted")
+	assert.Equal(t, int64(5*time.Millisecond)+1, timeIn(tr, Early).Hi)
+}
+
+// A cancel between the clock read and the swap: the ForceComplete still
+// completes the operation, as it does any cancelled one, but it was no
+// longer parked, so nothing is counted or timed for it but the cancel.
+func TestCancelBetweenClockReadAndSwap(t *testing.T) {
+	o := newSeamOp(context.Background())
+	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
+	_, ok := Park(&o.Op, tr, 0)
+	require.True(t, ok)
+
+	assert.True(t, ForceComplete(&o.Op))
+	assert.Equal(t, 1, o.completes)
+	c := tr.Counts()
+	assert.Equal(t, [4]uint64{}, c.Done)
+	assert.Equal(t, uint64(1), c.Cancelled)
+	assert.Zero(t, c.Pending)
+	assert.Zero(t, timeIn(tr, Early).Hi)
 }
