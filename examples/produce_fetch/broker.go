@@ -155,13 +155,20 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 				f := &follower{id: r + 1, inSync: true, caughtUp: now}
 				f.lag.Store(int64(c.Lag))
 				p.followers = append(p.followers, f)
-				if c.Timer == nil {
-					b.wg.Add(1)
-					go b.replicate(p, f)
-				}
 			}
 			b.partitions[p.key] = p
 			b.topics[topic] = append(b.topics[topic], p)
+		}
+	}
+	// The followers' loops start only once every partition is whole: a
+	// loop reads its partition's followers, which the loop above writes
+	// without the partition's lock.
+	if c.Timer == nil {
+		for _, p := range b.partitions {
+			for _, f := range p.followers {
+				b.wg.Add(1)
+				go b.replicate(p, f)
+			}
 		}
 	}
 	if c.Timer == nil && c.ReplicaLagMax > 0 && c.Replicas > 0 {
