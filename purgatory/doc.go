@@ -50,6 +50,16 @@
 // A's last TryComplete sees B's change) or after it (and B finds the
 // operation and checks it).
 //
+// Kafka always makes that last TryComplete. Here each watcher shard counts
+// the checks that look up its keys, and A reads the counts of its keys'
+// shards before its first TryComplete and again as it watches each key:
+// only if one moved can a check have missed the operation, and only then,
+// or if a check found the lock held and left a note (below), is the last
+// TryComplete made. An operation parked while no check touched its keys'
+// shards costs one TryComplete, not two. A change with no CheckAndComplete
+// after it is not a wake-up, for an operation being parked as for one
+// already watched.
+//
 // Kafka's story goes on: because Kafka's locks are re-entrant, a callback can
 // check an operation whose lock its own thread holds. Go's mutexes are not
 // re-entrant, so a check here never waits for an operation's lock: if the

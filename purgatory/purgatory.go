@@ -174,7 +174,9 @@ func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
 // The operation's lock is held from parking it, across the first
 // TryComplete, watching every key, and a last TryComplete, so a
 // CheckAndComplete that runs in between is never lost (see the package
-// documentation).
+// documentation). The last TryComplete is made only if such a check ran:
+// an operation parked while no check looked at its keys' shards is tried
+// once, not twice as in Kafka.
 //
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
 // uninitialised operation, an operation already parked, completed or
@@ -219,20 +221,26 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	lifecycle.ArmContext(o)
 	p.at(stepParked)
+	// Where the checks of the keys stand before the first TryComplete:
+	// the last TryComplete is needed only if a check ran meanwhile and
+	// looked for op before it was watched (watchers.Marks).
+	var marks watchers.Marks
+	p.watchers.Mark(keys, &marks)
 	if lifecycle.TryCompleteLocked(o) {
 		lifecycle.UnlockAfterPark(o, l)
 		return true, nil
 	}
 	p.at(stepTried)
+	missed := false
 	if lifecycle.AddWatches(o, len(keys)) {
 		var between func()
 		if stepHook != nil {
 			between = func() { p.at(stepBetweenKeys) }
 		}
-		p.watchers.Watch(h, keys, levels, between)
+		missed = p.watchers.Watch(h, keys, levels, between, &marks)
 	}
 	p.at(stepWatched)
-	done := lifecycle.TryCompleteLocked(o)
+	done := lifecycle.LastTryLocked(o, missed)
 	lifecycle.UnlockAfterPark(o, l)
 	if done {
 		return true, nil

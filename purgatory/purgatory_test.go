@@ -245,27 +245,70 @@ func TestTryCompleteHoldsTheLock(t *testing.T) {
 }
 
 // Reference: Kafka DelayedOperationTest.testSafeTryCompleteOrElse: the
-// watch runs only when the first check fails, and the last check sees what
-// happened while the keys were being watched.
-func TestTryCompleteElseWatchChecksTwice(t *testing.T) {
+// watch runs only when the first check fails. Kafka then always tries the
+// operation once more, for a check that ran before it was watched; here
+// that last try is made only when such a check may have run, or when a
+// check found the operation's lock held and left a note, so an operation
+// parked with no check in between costs one TryComplete, not two.
+func TestTryCompleteElseWatchTriesAgainOnlyAfterACheck(t *testing.T) {
 	p, _ := newMockPurgatory(t)
 	op := newOp(time.Second)
 	op.Ready.Store(true)
-	done, err := p.TryCompleteElseWatch(op, "k")
+	done, err := p.TryCompleteElseWatch(op, "a")
 	require.NoError(t, err)
 	assert.True(t, done)
 	assert.Equal(t, 0, p.Watched(), "nothing is watched when the first check completes")
-	assert.Equal(t, 0, p.CheckAndComplete("k"))
+	assert.Equal(t, 0, p.CheckAndComplete("a"))
 
 	op = newOp(time.Second)
-	defer purgatory.SetStepHook(func(s purgatory.Step) {
-		if s == purgatory.StepWatched {
+	done, err = p.TryCompleteElseWatch(op, "a", "b")
+	require.NoError(t, err)
+	assert.False(t, done)
+	assert.Equal(t, int32(1), op.Tries.Load(), "no check ran while it was being watched: one try")
+	op.ForceComplete()
+
+	// A check on a key the operation is not yet watched on (it cannot
+	// find it), and a check on one it is watched on (it finds the lock
+	// held): either way the last try is made, and sees Ready.
+	for _, c := range []struct {
+		at  purgatory.Step
+		key string
+	}{
+		{purgatory.StepTried, "a"},
+		{purgatory.StepTried, "b"},
+		{purgatory.StepBetweenKeys, "b"},
+		{purgatory.StepBetweenKeys, "a"},
+		{purgatory.StepWatched, "b"},
+	} {
+		op := newOp(time.Second)
+		restore := purgatory.SetStepHook(func(s purgatory.Step) {
+			if s == c.at {
+				op.Ready.Store(true)
+				assert.Equal(t, 0, p.CheckAndComplete(c.key))
+			}
+		})
+		done, err := p.TryCompleteElseWatch(op, "a", "b")
+		restore()
+		require.NoError(t, err)
+		assert.True(t, done, "a check on %q at step %d", c.key, c.at)
+		assert.Equal(t, int32(2), op.Tries.Load(), "a check on %q at step %d", c.key, c.at)
+		assert.Equal(t, int32(1), op.Completes.Load())
+	}
+	assert.Equal(t, 0, p.NumDelayed())
+
+	// A change made with no check after it is not a wake-up: the
+	// operation waits for the check, as one already watched would.
+	op = newOp(time.Second)
+	restore := purgatory.SetStepHook(func(s purgatory.Step) {
+		if s == purgatory.StepTried {
 			op.Ready.Store(true)
 		}
-	})()
-	done, err = p.TryCompleteElseWatch(op, "k")
+	})
+	done, err = p.TryCompleteElseWatch(op, "a", "b")
+	restore()
 	require.NoError(t, err)
-	assert.True(t, done, "the last check sees what happened after the first")
+	assert.False(t, done)
+	assert.Equal(t, 1, p.CheckAndComplete("b"))
 	assert.Equal(t, int32(1), op.Completes.Load())
 	assert.Equal(t, 0, p.NumDelayed())
 }

@@ -194,7 +194,7 @@ func TryComplete(o *Op) bool {
 
 // LockForPark takes the operation's lock for TryCompleteElseWatch, which
 // holds it across Park, the first TryComplete, watching every key and the
-// last TryComplete. Release it with UnlockAfterPark.
+// last TryComplete (LastTryLocked). Release it with UnlockAfterPark.
 func LockForPark(o *Op) sync.Locker {
 	l := o.lock()
 	l.Lock()
@@ -208,6 +208,22 @@ func UnlockAfterPark(o *Op, l sync.Locker) { o.unlockAndRecheck(l) }
 // TryCompleteLocked calls TryComplete; the caller holds the lock and has
 // parked the operation.
 func TryCompleteLocked(o *Op) bool { return o.checkable() && o.tryComplete() }
+
+// LastTryLocked is TryCompleteElseWatch's last TryComplete, once the
+// operation is watched on every key. It is made only when it can find
+// something the first did not: when a check may have looked for the
+// operation on a key before it was watched there (missed), or found it
+// and left a note because the caller holds its lock. The note is cleared,
+// since this is the try it asks for. An operation under a SharedLock,
+// whose notes are kept on the lock, is always tried.
+func LastTryLocked(o *Op, missed bool) bool {
+	if !missed && !o.clear(stTryAgain) {
+		if fh := o.fat(); fh == nil || fh.shared == nil {
+			return false
+		}
+	}
+	return TryCompleteLocked(o)
+}
 
 // unlockAndRecheck unlocks and, if a check was skipped because we held the
 // lock, makes it.

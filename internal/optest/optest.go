@@ -14,6 +14,7 @@ import (
 type Op struct {
 	operation.Base
 	Ready     atomic.Bool
+	Tries     atomic.Int32 // calls of TryComplete
 	Completes atomic.Int32
 	Expiries  atomic.Int32
 
@@ -31,6 +32,7 @@ func New(timeout time.Duration, opts ...operation.InitOption) *Op {
 
 // TryComplete completes the operation if it is Ready.
 func (o *Op) TryComplete() bool {
+	o.Tries.Add(1)
 	if o.Ready.Load() {
 		return o.ForceComplete()
 	}

@@ -94,7 +94,7 @@ func watchMany(t *testing.T, w *Watchers[string], key string, n, keep int, level
 		if levelled {
 			levels = []int64{int64(i % 97)}
 		}
-		w.Watch(h, []string{key}, levels, nil)
+		w.Watch(h, []string{key}, levels, nil, nil)
 		ops[i] = o
 	}
 	for i, o := range ops {
@@ -155,7 +155,7 @@ func TestPurgeStepModel(t *testing.T) {
 						levels = append(levels, int64(r.IntN(100)))
 					}
 				}
-				w.Watch(h, ks, levels, nil)
+				w.Watch(h, ks, levels, nil, nil)
 				for i, k := range ks {
 					lv := int64(-1)
 					if levels != nil {

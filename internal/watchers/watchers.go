@@ -35,6 +35,10 @@ type Watchers[K comparable] struct {
 
 type shard[K comparable] struct {
 	mu sync.Mutex
+	// checks counts the checks that have looked up a key of this shard,
+	// found or not. It is changed only under mu, and read without it by
+	// Mark: see Marks.
+	checks atomic.Uint64
 	// lists is keyed by the key's 64-bit hash, which also picked the shard,
 	// so a key is hashed once per call; keys whose hashes collide share a
 	// chain. Guarded by mu. A list that a check or the purge finds empty is
@@ -208,6 +212,48 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 	}
 }
 
+// Marks records, for the keys of one operation, how many checks each key's
+// shard had seen before the operation's first TryComplete, so that the
+// Watch that follows can tell whether a check may have missed it.
+//
+// A check that looks up a key before the operation is on that key's list
+// cannot find it, and the operation's first TryComplete may have run
+// before the change the check was made for. Kafka therefore calls
+// TryComplete a second time once every key is watched. That second call is
+// only needed if such a check happened: a check counts itself under the
+// shard's lock, the Watch adds the operation under the same lock, so a
+// check that came first is counted by the time the Watch reads the count.
+// If Mark's earlier reading already saw that check, the change it was made
+// for came before the first TryComplete, which saw it (the Go memory
+// model: the check's count is an atomic written after the change). So
+// unless a count moved between Mark and Watch, the first TryComplete has
+// seen everything a check could have missed. A check that comes after
+// the operation is on the list finds it, and if it finds the operation's
+// lock held it leaves a note for the holder (package lifecycle).
+type Marks struct {
+	n      int // keys marked; 0 when there were more than maxMarks
+	hashes [maxMarks]uint64
+	checks [maxMarks]uint64
+}
+
+// maxMarks is how many keys Marks follows. An operation watched on more
+// keys is always tried a second time.
+const maxMarks = 8
+
+// Mark fills m for keys. The caller holds the operation's lock and has
+// not yet called its first TryComplete.
+func (w *Watchers[K]) Mark(keys []K, m *Marks) {
+	m.n = 0
+	if len(keys) > maxMarks {
+		return
+	}
+	for i, k := range keys {
+		sh, hash := w.locate(k)
+		m.hashes[i], m.checks[i] = hash, sh.checks.Load()
+	}
+	m.n = len(keys)
+}
+
 // Watch adds h to the list of each key; with levels (one per key), at
 // that level (see CheckUpTo). The caller holds the operation's lock (see
 // package purgatory). A key given twice is watched twice, as in Kafka. If
@@ -215,13 +261,30 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 // start and cost 8 bytes each (16 at a level) until the next check or
 // purge. between, if not nil, runs after each key but the last (tests use
 // it to act between two keys).
-func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func()) {
+//
+// With m, which Mark filled for the same keys, Watch reports whether a
+// check may have looked for the operation on one of its keys before it was
+// there, since Mark (see Marks); the caller then tries the operation
+// again. Without m it reports true.
+func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func(), m *Marks) (missed bool) {
+	marked := m != nil && m.n == len(keys) && len(keys) > 0
+	missed = !marked
 	for i, k := range keys {
 		if i > 0 && between != nil {
 			between()
 		}
-		sh, hash := w.locate(k)
+		var sh *shard[K]
+		var hash uint64
+		if marked {
+			hash = m.hashes[i]
+			sh = &w.shards[hash%uint64(len(w.shards))]
+		} else {
+			sh, hash = w.locate(k)
+		}
 		sh.mu.Lock()
+		if marked && sh.checks.Load() != m.checks[i] {
+			missed = true
+		}
 		l := sh.getOrAddLocked(hash, k)
 		if levels != nil {
 			l.pushLevel(levels[i], h)
@@ -231,6 +294,7 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 		sh.mu.Unlock()
 	}
 	w.watched.Add(int64(len(keys)))
+	return missed
 }
 
 // push appends h. The caller holds the shard's lock.
@@ -337,6 +401,9 @@ func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0) }
 func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
+	// Counted before the lookup, found or not: a Watch of this key that
+	// comes after learns that this check did not see it (see Marks).
+	sh.checks.Add(1)
 	l := sh.getLocked(hash, key)
 	if l == nil {
 		sh.mu.Unlock()

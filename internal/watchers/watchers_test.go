@@ -38,7 +38,7 @@ func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 
 // watch parks o and watches it on keys.
 func watch(w *watchers.Watchers[string], o *op, keys ...string) {
-	w.Watch(park(o, len(keys)), keys, nil, nil)
+	w.Watch(park(o, len(keys)), keys, nil, nil, nil)
 }
 
 func TestWatchCheckCancelPurge(t *testing.T) {
@@ -105,7 +105,7 @@ func TestCallbacksMayReenter(t *testing.T) {
 	watch(w, inner, "k")
 	outer := &reentrant{w: w, inner: inner}
 	outer.Init(outer, time.Hour)
-	w.Watch(park(outer, 1), []string{"k"}, nil, nil)
+	w.Watch(park(outer, 1), []string{"k"}, nil, nil, nil)
 	done := make(chan int)
 	go func() { done <- w.Check("k") }()
 	select {
@@ -175,7 +175,7 @@ func TestCompactionDropsReferences(t *testing.T) {
 	for i := range 600 {
 		o := newOp()
 		h := park(o, 1)
-		w.Watch(h, []string{"k"}, nil, nil)
+		w.Watch(h, []string{"k"}, nil, nil, nil)
 		if i%2 == 0 {
 			weakHandles = append(weakHandles, weak.Make(h))
 			o.ForceComplete()
@@ -254,9 +254,9 @@ type watchingOp struct {
 func (o *watchingOp) TryComplete() bool {
 	h := park(o.next, 1)
 	if o.upTo {
-		o.w.Watch(h, []string{"k"}, []int64{o.level}, nil)
+		o.w.Watch(h, []string{"k"}, []int64{o.level}, nil, nil)
 	} else {
-		o.w.Watch(h, []string{"k"}, nil, nil)
+		o.w.Watch(h, []string{"k"}, nil, nil, nil)
 	}
 	return o.ForceComplete()
 }
@@ -270,10 +270,10 @@ func TestWatchDuringCheckSurvives(t *testing.T) {
 		o := &watchingOp{w: w, next: next, level: 5, upTo: upTo}
 		o.Init(o, time.Hour)
 		if upTo {
-			w.Watch(park(o, 1), []string{"k"}, []int64{5}, nil)
+			w.Watch(park(o, 1), []string{"k"}, []int64{5}, nil, nil)
 			require.Equal(t, 1, w.CheckUpTo("k", 5))
 		} else {
-			w.Watch(park(o, 1), []string{"k"}, nil, nil)
+			w.Watch(park(o, 1), []string{"k"}, nil, nil, nil)
 			require.Equal(t, 1, w.Check("k"))
 		}
 		assert.Equal(t, 1, w.Watched(), "upTo=%v: only the completed entry went", upTo)
@@ -284,4 +284,45 @@ func TestWatchDuringCheckSurvives(t *testing.T) {
 			assert.Equal(t, 1, w.Check("k"), "the operation watched meanwhile is found")
 		}
 	}
+}
+
+// A Watch reports a check that may have missed the operation: one that
+// looked up one of its keys (watched on it or not, in the same shard)
+// after Mark; it reports none when no check ran, and always one without
+// marks or for more keys than Marks follows.
+func TestWatchReportsChecksSinceMark(t *testing.T) {
+	keys := []string{"x", "y"}
+	for _, c := range []struct {
+		name   string
+		shards int
+		check  string // a key checked between Mark and Watch, or ""
+		missed bool
+	}{
+		{"no check", 512, "", false},
+		{"a check of a key it is watched on", 512, "y", true},
+		{"a check of a key of the same shard", 1, "z", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := watchers.New[string](c.shards)
+			o := newOp()
+			h := park(o, len(keys))
+			var m watchers.Marks
+			w.Mark(keys, &m)
+			if c.check != "" {
+				assert.Equal(t, 0, w.Check(c.check))
+			}
+			assert.Equal(t, c.missed, w.Watch(h, keys, nil, nil, &m))
+			assert.Equal(t, 2, w.Watched())
+		})
+	}
+
+	w := watchers.New[string](512)
+	assert.True(t, w.Watch(park(newOp(), 1), []string{"x"}, nil, nil, nil), "without marks")
+	many := make([]string, 9)
+	for i := range many {
+		many[i] = fmt.Sprint("k", i)
+	}
+	var m watchers.Marks
+	w.Mark(many, &m)
+	assert.True(t, w.Watch(park(newOp(), len(many)), many, nil, nil, &m), "more keys than Marks follows")
 }
