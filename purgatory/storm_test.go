@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,4 +99,89 @@ func TestExactlyOnceStorm(t *testing.T) {
 	assert.Equal(t, expired, s.Expired)
 	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired)
 	t.Logf("stats: %+v", s)
+}
+
+// No-lost-wake-up storm: each operation is made completable, and one of
+// its keys checked, by another goroutine at a random moment around the
+// window where a check cannot find it: after its first TryComplete, before
+// or while it is watched. The parker signals the end of the first
+// TryComplete and waits a random while before watching; the waker waits a
+// random while after the signal. The timer never advances, so an
+// operation that both its own tries and the check missed would stay
+// pending: every one must have completed by the time the parks and checks
+// return. It drives TryCompleteElseWatch's skipped last try
+// (watchers.Marks) with the two goroutines truly racing, where the seam
+// tests run the check at each step in turn.
+func TestNoLostWakeUpStorm(t *testing.T) {
+	const (
+		n    = 5000
+		busy = 400 // most iterations either side waits
+	)
+	p, mt := newMockPurgatory(t)
+	// Keys of its own for each operation: a check of a key shared with
+	// later operations would complete an earlier one that a wake-up had
+	// missed, and hide the miss.
+	ops := make([]*mockOp, n)
+	opKeys := make([][]string, n)
+	for i := range ops {
+		ops[i] = newOp(time.Hour)
+		for j := range 1 + rand.IntN(3) {
+			opKeys[i] = append(opKeys[i], fmt.Sprintf("%d/%d", i, j))
+		}
+	}
+	var tried atomic.Int64 // operations [0, tried) are past their first TryComplete
+	var sink atomic.Int64
+	spin := func(r *rand.Rand) {
+		s := int64(0)
+		for j := range r.IntN(busy) {
+			s += int64(j)
+		}
+		sink.Add(s)
+	}
+	rp := rand.New(rand.NewPCG(1, 11))
+	defer purgatory.SetStepHook(func(s purgatory.Step) {
+		if s == purgatory.StepTried {
+			tried.Add(1)
+			spin(rp)
+		}
+	})()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the parker
+		defer wg.Done()
+		for i := range ops {
+			done, err := p.TryCompleteElseWatch(ops[i], opKeys[i]...)
+			assert.NoError(t, err)
+			if done { // completed by its first try: no StepTried
+				tried.Add(1)
+			}
+		}
+	}()
+	go func() { // the waker
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(2, 11))
+		for i := range ops {
+			for spins := 0; tried.Load() <= int64(i); spins++ {
+				if spins%1000 == 999 {
+					runtime.Gosched() // with one processor, let the parker run
+				}
+			}
+			spin(r)
+			ops[i].Ready.Store(true)
+			ks := opKeys[i]
+			p.CheckAndComplete(ks[r.IntN(len(ks))])
+		}
+	}()
+	wg.Wait()
+	var lost []int
+	for i, o := range ops {
+		if o.Completes.Load() != 1 {
+			lost = append(lost, i)
+		}
+	}
+	require.Empty(t, lost, "operations made completable and checked, but still pending")
+	assert.Equal(t, 0, p.NumDelayed())
+	assert.Equal(t, 0, p.Watched())
+	assert.Equal(t, 0, mt.Size())
+	assert.Equal(t, uint64(n), p.Stats().CompletedEarly)
 }
