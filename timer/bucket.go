@@ -55,9 +55,9 @@ const bucketStripes = 4
 // Add on one core and a Cancel on another then pass one line between
 // them, not two.
 type stripe struct {
-	mu    sync.Mutex   // guards root and the links of every entry in this stripe
-	count atomic.Int64 // linked entries; changed under mu, read without it by Size
-	root  TaskBase     // sentinel: root.next is the oldest entry, root.prev the newest
+	mu    sync.Mutex // guards root and the links of every entry in this stripe
+	count int64      // linked entries; guarded by mu
+	root  TaskBase   // sentinel: root.next is the oldest entry, root.prev the newest
 	_     [128 - 8 - 8 - 64]byte
 }
 
@@ -101,7 +101,7 @@ func (b *bucket) insert(e *TaskBase) bool {
 	e.prev = tail
 	tail.next = e
 	s.root.prev = e
-	s.count.Add(1)
+	s.count++
 	s.mu.Unlock()
 	return true
 }
@@ -112,7 +112,7 @@ func (b *bucket) remove(e *TaskBase) {
 	s.mu.Lock()
 	if e.list.Load() == b {
 		unlinkLocked(e)
-		s.count.Add(-1)
+		s.count--
 	}
 	s.mu.Unlock()
 }
@@ -143,7 +143,7 @@ func (b *bucket) popInto(dst []*TaskBase, max int) []*TaskBase {
 			n++
 		}
 		if n > 0 {
-			s.count.Add(int64(-n))
+			s.count -= int64(n)
 		}
 		s.mu.Unlock()
 		if max -= n; max == 0 {
@@ -168,18 +168,22 @@ func (b *bucket) flush(dst []*TaskBase) []*TaskBase {
 			dst = append(dst, e)
 			n++
 		}
-		s.count.Add(int64(-n))
+		s.count -= int64(n)
 		s.mu.Unlock()
 	}
 	b.expiration.Store(-1)
 	return dst
 }
 
-// size is the number of linked entries, read without locks.
+// size is the number of linked entries. It takes each stripe's lock in
+// turn.
 func (b *bucket) size() int64 {
 	var n int64
 	for i := range b.stripes {
-		n += b.stripes[i].count.Load()
+		s := &b.stripes[i]
+		s.mu.Lock()
+		n += s.count
+		s.mu.Unlock()
 	}
 	return n
 }
