@@ -84,7 +84,7 @@ func (w *Watchers[K]) PurgeStep(budget int) (purged int, more bool) {
 			ps.cur = nil
 		}
 	}
-	w.watched.Add(int64(-purged))
+	w.watched[0].n.Add(int64(-purged))
 	return purged, ps.on
 }
 

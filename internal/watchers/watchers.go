@@ -26,10 +26,14 @@ const DefaultShards = 512
 // lock is held: Check copies a key's live operations out, unlocks, and only
 // then calls TryComplete. Lock order: an operation's lock, then a shard's.
 type Watchers[K comparable] struct {
-	shards  []shard[K]
-	seed    maphash.Seed
-	watched atomic.Int64 // entries on all lists, tombstones included
-	bufs    sync.Pool    // *[]*lifecycle.Op snapshots for Check
+	shards []shard[K]
+	seed   maphash.Seed
+	// watched counts the entries on all lists, tombstones included, in
+	// stripes picked by shard: parks and checks of different keys, on
+	// different cores, then change different cache lines. Each stripe
+	// alone may be negative; the sum is the count.
+	watched [countStripes]countStripe
+	bufs    sync.Pool // *[]*lifecycle.Op snapshots for Check
 	purge   purgeRound[K]
 }
 
@@ -62,6 +66,18 @@ type shard[K comparable] struct {
 	// few lists later. Guarded by mu.
 	idle   [maxIdle]*list[K]
 	idleAt int // next slot of the ring
+}
+
+const countStripes = 16
+
+type countStripe struct {
+	n atomic.Int64
+	_ [128 - 8]byte
+}
+
+// count returns the stripe of the entry count for the shard of hash.
+func (w *Watchers[K]) count(hash uint64) *atomic.Int64 {
+	return &w.watched[hash%uint64(len(w.shards))%countStripes].n
 }
 
 // maxFree is how many emptied lists a shard keeps for reuse, and maxIdle
@@ -269,6 +285,7 @@ func (w *Watchers[K]) Mark(keys []K, m *Marks) {
 func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func(), m *Marks) (missed bool) {
 	marked := m != nil && m.n == len(keys) && len(keys) > 0
 	missed = !marked
+	var first uint64
 	for i, k := range keys {
 		if i > 0 && between != nil {
 			between()
@@ -280,6 +297,9 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 			sh = &w.shards[hash%uint64(len(w.shards))]
 		} else {
 			sh, hash = w.locate(k)
+		}
+		if i == 0 {
+			first = hash
 		}
 		sh.mu.Lock()
 		if marked && sh.checks.Load() != m.checks[i] {
@@ -293,7 +313,9 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 		}
 		sh.mu.Unlock()
 	}
-	w.watched.Add(int64(len(keys)))
+	if len(keys) > 0 {
+		w.count(first).Add(int64(len(keys)))
+	}
 	return missed
 }
 
@@ -416,7 +438,7 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 		w.emptiedLocked(sh, l)
 	}
 	sh.mu.Unlock()
-	w.watched.Add(int64(-dropped))
+	w.count(hash).Add(int64(-dropped))
 
 	completed := 0
 	for _, op := range ops {
@@ -438,7 +460,7 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 			}
 		}
 		sh.mu.Unlock()
-		w.watched.Add(int64(-dropped))
+		w.count(hash).Add(int64(-dropped))
 	}
 	return completed
 }
@@ -455,7 +477,7 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 		return nil
 	}
 	n := l.n + len(l.lv) - l.lvHead
-	w.watched.Add(int64(-n))
+	w.count(hash).Add(int64(-n))
 	var ops []*lifecycle.Op
 	seen := make(map[*lifecycle.Op]struct{}, n)
 	l.each(func(h *lifecycle.Handle) {
@@ -471,9 +493,15 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 
 // Watched returns the number of entries on all lists, counting an
 // operation once per key, tombstones included (Kafka's PurgatorySize
-// counts the same way). O(1). Package purgatory reports live entries
-// instead, from its operations' own counts.
-func (w *Watchers[K]) Watched() int { return int(w.watched.Load()) }
+// counts the same way). It sums a few stripes. Package purgatory reports
+// live entries instead, from its operations' own counts.
+func (w *Watchers[K]) Watched() int {
+	var n int64
+	for i := range w.watched {
+		n += w.watched[i].n.Load()
+	}
+	return int(n)
+}
 
 // Keys returns the number of keys with a list. It visits every shard.
 func (w *Watchers[K]) Keys() int {
