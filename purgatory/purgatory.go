@@ -220,12 +220,12 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return false, ErrAlreadyWatched
 	}
 	lifecycle.ArmContext(o)
-	p.at(stepParked)
 	// Where the checks of the keys stand before the first TryComplete:
 	// the last TryComplete is needed only if a check ran meanwhile and
 	// looked for op before it was watched (watchers.Marks).
 	var marks watchers.Marks
 	p.watchers.Mark(keys, &marks)
+	p.at(stepParked)
 	if lifecycle.TryCompleteLocked(o) {
 		lifecycle.UnlockAfterPark(o, l)
 		return true, nil

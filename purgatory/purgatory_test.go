@@ -296,10 +296,25 @@ func TestTryCompleteElseWatchTriesAgainOnlyAfterACheck(t *testing.T) {
 	}
 	assert.Equal(t, 0, p.NumDelayed())
 
+	// A check between the marking of the keys and the first try counts
+	// after the mark, but the first try already sees its change.
+	op = newOp(time.Second)
+	restore := purgatory.SetStepHook(func(s purgatory.Step) {
+		if s == purgatory.StepParked {
+			op.Ready.Store(true)
+			assert.Equal(t, 0, p.CheckAndComplete("b"))
+		}
+	})
+	done, err = p.TryCompleteElseWatch(op, "a", "b")
+	restore()
+	require.NoError(t, err)
+	assert.True(t, done)
+	assert.Equal(t, int32(1), op.Tries.Load(), "completed by the first try")
+
 	// A change made with no check after it is not a wake-up: the
 	// operation waits for the check, as one already watched would.
 	op = newOp(time.Second)
-	restore := purgatory.SetStepHook(func(s purgatory.Step) {
+	restore = purgatory.SetStepHook(func(s purgatory.Step) {
 		if s == purgatory.StepTried {
 			op.Ready.Store(true)
 		}

@@ -7,7 +7,7 @@ type step int
 
 // The steps, in order. The first three run with the operation's lock held.
 const (
-	stepParked      step = iota // parked and counted, before the first TryComplete
+	stepParked      step = iota // parked, counted and its keys' checks marked, before the first TryComplete
 	stepTried                   // the first TryComplete failed, before watching
 	stepBetweenKeys             // watched on some keys, not yet on the rest
 	stepWatched                 // watched on every key, before the last TryComplete

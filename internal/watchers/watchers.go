@@ -125,7 +125,12 @@ func New[K comparable](n int) *Watchers[K] {
 
 func (w *Watchers[K]) locate(key K) (*shard[K], uint64) {
 	h := maphash.Comparable(w.seed, key)
-	return &w.shards[h%uint64(len(w.shards))], h
+	return w.shardOf(h), h
+}
+
+// shardOf returns the shard of a key whose hash is h.
+func (w *Watchers[K]) shardOf(h uint64) *shard[K] {
+	return &w.shards[h%uint64(len(w.shards))]
 }
 
 // getLocked returns key's list, or nil. The caller holds sh.mu.
@@ -294,7 +299,7 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 		var hash uint64
 		if marked {
 			hash = m.hashes[i]
-			sh = &w.shards[hash%uint64(len(w.shards))]
+			sh = w.shardOf(hash)
 		} else {
 			sh, hash = w.locate(k)
 		}
