@@ -98,7 +98,12 @@
 //
 // A purgatory runs one goroutine, the reaper: it advances the timer, runs
 // expired operations' OnComplete and OnExpiration (one at a time, so keep
-// them short), and purges. WithoutReaper runs none.
+// them short), and purges. WithoutReaper runs none. With its own timer on
+// the system clock, the reaper also adds timeouts of 800 ms or more to the
+// timer 100-200 ms after their park, with the park's deadline, and only for
+// operations still pending then: most complete first, and never enter the
+// timer (docs/purgatory.md, "Long timeouts wait before they enter the
+// timer").
 //
 // # Shutdown
 //

@@ -35,6 +35,10 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// the same clock, perhaps more cheaply, for the end of that time.
 	now, stamp func() int64
 	addAt      func(task any, now int64) error // nil: use timer.Add
+	// deferred holds back long timeouts for a while (deferral.go); nil
+	// unless the purgatory made its own timer on the system clock and
+	// runs its reaper.
+	deferred *deferral
 	// leveled is levelsNever, levelsAlways or levelsAsk: whether T's
 	// operations implement Leveled[K].
 	leveled int
@@ -142,7 +146,13 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.timer = st
 	}
 	if p.timer != nil {
-		p.now, p.stamp, p.addAt = tasklink.Clock(p.timer)
+		var system bool
+		p.now, p.stamp, p.addAt, system = tasklink.Clock(p.timer)
+		if system && !c.timerSet && !c.noReaper {
+			p.deferred = &deferral{add: func(o *lifecycle.Op, now int64) error {
+				return p.addAt(lifecycle.Task(o), now)
+			}}
+		}
 	}
 	if p.now == nil {
 		p.now, p.stamp = tasklink.System()
@@ -246,7 +256,13 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return true, nil
 	}
 	p.at(stepUnlocked)
-	if p.timer != nil && !lifecycle.IsCompleted(o) {
+	switch {
+	case p.timer == nil || lifecycle.IsCompleted(o):
+	case p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout:
+		// A long timeout waits a while before it enters the timer: most
+		// such operations complete first and never do (deferral.go).
+		p.deferred.push(o, h)
+	default:
 		var err error
 		if p.addAt != nil {
 			err = p.addAt(lifecycle.Task(o), now)
@@ -459,6 +475,11 @@ func (p *Purgatory[K, T]) reap() {
 		if p.purging.Load() {
 			poll = purgePoll
 		}
+		if p.deferred != nil {
+			if wait := p.deferred.step(p.now()); wait > 0 {
+				poll = min(poll, wait)
+			}
+		}
 		if p.timer != nil {
 			p.timer.AdvanceClock(poll)
 		} else {
@@ -492,6 +513,9 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 				_ = p.timer.Close()
 			}
 			<-p.reaped
+			if p.deferred != nil {
+				p.deferred.clear()
+			}
 			close(p.stopped)
 		}()
 	})

@@ -10,14 +10,14 @@ import (
 
 func init() {
 	tasklink.System = func() (now, stamp func() int64) { return systemNow, systemStamp() }
-	tasklink.Clock = func(tm any) (now, stamp func() int64, addAt func(task any, now int64) error) {
+	tasklink.Clock = func(tm any) (now, stamp func() int64, addAt func(task any, now int64) error, system bool) {
 		t, ok := tm.(Timer)
 		if !ok {
-			return nil, nil, nil
+			return nil, nil, nil, false
 		}
 		st := systemTimerOf(t)
 		if st == nil {
-			return nil, nil, nil
+			return nil, nil, nil, false
 		}
 		addAt = func(task any, now int64) error { return st.addAt(task.(Task), now) }
 		if st.sys {
@@ -26,10 +26,10 @@ func init() {
 			// timer. Reading st.sys and st.clock, next to the lock stripes
 			// every Add writes, made the time in purgatory cost 13% of a
 			// request in perf run C instead of 4%.
-			return systemNow, systemStamp(), addAt
+			return systemNow, systemStamp(), addAt, true
 		}
 		now = func() int64 { return int64(st.clock.Now()) }
-		return now, now, addAt
+		return now, now, addAt, false
 	}
 }
 
