@@ -37,7 +37,6 @@ type deferral struct {
 	add      func(o *lifecycle.Op, now int64) error // the timer's Add
 	sealedAt int64
 	gens     []deferGen // sealed, oldest first
-	spare    [][]*lifecycle.Handle
 }
 
 const (
@@ -52,8 +51,6 @@ const (
 	// operation still has half of it, or more, when it enters the timer.
 	deferMinTimeout = 2 * time.Duration(deferMaxWait)
 	deferStripes    = 16
-	// deferKeep is the largest slice kept for reuse once drained.
-	deferKeep = 1 << 14
 )
 
 type deferStripe struct {
@@ -104,19 +101,12 @@ func (d *deferral) seal(now int64) {
 	held := false
 	for i := range d.stripes {
 		s := &d.stripes[i]
-		var fresh []*lifecycle.Handle
-		if n := len(d.spare); n > 0 {
-			fresh, d.spare = d.spare[n-1], d.spare[:n-1]
-		}
 		s.mu.Lock()
-		g.hs[i], s.hs = s.hs, fresh
+		g.hs[i], s.hs = s.hs, nil
 		s.mu.Unlock()
 		held = held || len(g.hs[i]) > 0
 	}
 	if !held {
-		for _, hs := range g.hs {
-			d.recycle(hs)
-		}
 		return
 	}
 	g.at = now
@@ -137,8 +127,7 @@ func (d *deferral) drain(g *deferGen, now int64) {
 			}
 			lifecycle.CancelTimerIfDone(o)
 		}
-		d.recycle(hs)
-		g.hs[i] = nil
+		g.hs[i] = nil // no slice is kept: what is held shrinks with the load
 	}
 }
 
@@ -152,13 +141,5 @@ func (d *deferral) clear() {
 		s.hs = nil
 		s.mu.Unlock()
 	}
-	d.gens, d.spare = nil, nil
-}
-
-func (d *deferral) recycle(hs []*lifecycle.Handle) {
-	if hs == nil || cap(hs) > deferKeep || len(d.spare) >= 2*deferStripes {
-		return
-	}
-	clear(hs)
-	d.spare = append(d.spare, hs[:0])
+	d.gens = nil
 }
