@@ -22,7 +22,7 @@ import (
 // so the time it spends here moves nothing: it is added to the timer with
 // that deadline, at most deferMaxWait after its park, and only operations
 // whose timeout is at least twice that are held here. It is never early,
-// and no later than it would have been.
+// and, while the reaper keeps time, no later than it would have been.
 //
 // What waits here is the operation's Handle, which its completion clears,
 // so a completed operation is as unreachable from here as from the watch

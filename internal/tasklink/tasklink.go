@@ -68,9 +68,10 @@ var Run func(p unsafe.Pointer)
 // function that reads the timer's clock, one that reads it more cheaply
 // but may be off by a few microseconds (stamp; see internal/tsc), an Add
 // that takes a reading of now instead of reading the clock again, and
-// whether that clock is the system's; nil and false for any other timer. Set by package timer's init. A purgatory calls
-// it once, at New: it reads now once per park, for the deadline and the
-// start of the time in purgatory, and stamp at the end of that time.
+// whether that clock is the system's; nil and false for any other timer.
+// Set by package timer's init. A purgatory calls it once, at New: it reads
+// now once per park, for the deadline and the start of the time in
+// purgatory, and stamp at the end of that time.
 var Clock func(t any) (now, stamp func() int64, addAt func(task any, now int64) error, system bool)
 
 // IsNil reports whether v is nil or holds a nil pointer. A typed nil in an
