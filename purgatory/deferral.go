@@ -120,12 +120,7 @@ func (d *deferral) drain(g *deferGen, now int64) {
 			if o == nil {
 				continue // completed or cancelled meanwhile
 			}
-			if d.add(o, now) != nil {
-				// The timer is closed: Shutdown is under way.
-				lifecycle.Expire(o, lifecycle.Shutdown)
-				continue
-			}
-			lifecycle.CancelTimerIfDone(o)
+			settleAdd(o, d.add(o, now))
 		}
 		g.hs[i] = nil // no slice is kept: what is held shrinks with the load
 	}

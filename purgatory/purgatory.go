@@ -269,15 +269,9 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		} else {
 			err = p.timer.Add(lifecycle.Task(o))
 		}
-		if err != nil {
-			// The timer is closed: Shutdown is under way. Expire now
-			// rather than leave the operation without a timeout.
-			lifecycle.Expire(o, lifecycle.Shutdown)
+		if !settleAdd(o, err) {
 			return false, nil
 		}
-		// A completion between the last TryComplete and the Add may have
-		// cancelled the timeout before it was added: take it out again.
-		lifecycle.CancelTimerIfDone(o)
 	}
 	p.at(stepTimed)
 	// Shutdown may have collected the pending operations before this one
@@ -286,6 +280,21 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		lifecycle.Expire(o, lifecycle.Shutdown)
 	}
 	return false, nil
+}
+
+// settleAdd finishes adding o's timeout to the timer, given what the Add
+// returned, and reports whether the timeout is in place. If the timer is
+// closed (Shutdown is under way), o is expired now rather than left
+// without a timeout. If a completion ran before the Add, its cancel found
+// nothing to take out, and the entry is taken out here (as Kafka re-checks
+// after adding).
+func settleAdd(o *lifecycle.Op, err error) bool {
+	if err != nil {
+		lifecycle.Expire(o, lifecycle.Shutdown)
+		return false
+	}
+	lifecycle.CancelTimerIfDone(o)
+	return true
 }
 
 // CheckAndComplete tries to complete every operation watching key and
