@@ -168,3 +168,35 @@ func TestDeferralExpiresOnTime(t *testing.T) {
 	}
 	assert.Equal(t, int32(1), op.Expiries.Load())
 }
+
+// TestDeferralParkSeams completes an operation with a deferred timeout at
+// each step of TryCompleteElseWatch, among them just before its Handle is
+// queued (StepUnlocked) and just after (StepTimed). It completes once, and
+// nothing of it reaches the timer.
+func TestDeferralParkSeams(t *testing.T) {
+	for _, at := range Steps {
+		t.Run(at.String(), func(t *testing.T) {
+			p, mt, drain := deferredOnMock(t, nil)
+			op := optest.New(time.Hour)
+			stepHook = func(s step) {
+				if s == at {
+					op.ForceComplete()
+				}
+			}
+			defer func() { stepHook = nil }()
+			_, err := p.TryCompleteElseWatch(op, "k", "l")
+			require.NoError(t, err)
+			stepHook = nil
+			mt.Advance(time.Duration(deferHold))
+			drain()
+			mt.Advance(time.Duration(deferHold))
+			drain()
+			assert.Equal(t, 0, mt.Size(), "left in the timer")
+			assert.Equal(t, int32(1), op.Completes.Load())
+			mt.Advance(time.Hour)
+			assert.Zero(t, op.Expiries.Load())
+			assert.Equal(t, 0, p.NumDelayed())
+			assert.Equal(t, 0, p.Watched())
+		})
+	}
+}
