@@ -223,7 +223,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 
 	now := p.now()
 	l := lifecycle.LockForPark(o)
-	h, ok := lifecycle.Park(o, &p.tracker, now)
+	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys))
 	if !ok {
 		lifecycle.UnlockAfterPark(o, l)
 		p.tracker.Unreserve()
@@ -242,7 +242,9 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepTried)
 	missed := false
-	if lifecycle.AddWatches(o, len(keys)) {
+	// Park counted the entries. A ForceComplete since (it takes no lock)
+	// has uncounted them, and they would be tombstones: push none.
+	if !lifecycle.IsCompleted(o) {
 		var between func()
 		if stepHook != nil {
 			between = func() { p.at(stepBetweenKeys) }

@@ -236,7 +236,10 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		fh := &fatHandle{lock: opt.Lock, shared: opt.Shared, ctx: opt.Ctx}
 		o.h = &fh.Handle
 		o.word().Or(stFat)
-	} else {
+	} else if o.word().Load()&stFat != 0 {
+		// Only a second Init can find the bit set. A fresh operation's
+		// word is zero: a locked instruction here would wait for the
+		// allocation's stores to drain, and costs 5% of perf run C.
 		o.word().And(^stFat)
 		o.h = nil
 	}
@@ -315,10 +318,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 	}
 	if s&stParked != 0 {
 		st := t.stripe(o)
-		if n := s >> watchShift; n > 0 {
-			st.unwatched.Add(int64(n))
-		}
-		st.unparked.Add(1)
+		st.left.Add(counts(s >> watchShift))
 		if t.Now != nil {
 			// The histogram's buckets count the completions: no other
 			// counter to add to.
@@ -391,16 +391,21 @@ func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
 // returns the Handle its watch lists are to hold; now is the Tracker's
-// clock reading, from which the time in purgatory is measured. It fails if the operation
-// is already parked, completed or cancelled. The caller holds the lock
-// (Lock), so two Parks of one operation cannot interleave.
+// clock reading, from which the time in purgatory is measured, and
+// watches is how many watch entries the caller will push for it, counted
+// here in the same locked add and swap as the park itself. If the
+// operation completes before the entries are pushed, its completion
+// uncounts them and the pushed entries are tombstones from the start. It
+// fails if the operation is already parked, completed or cancelled. The
+// caller holds the lock (Lock), so two Parks of one operation cannot
+// interleave.
 //
 // The Tracker and the Handle are published before the compare-and-swap
 // that parks, so a ForceComplete racing with Park either completes an
 // unparked operation (Park then fails) or sees both (and uncounts the
 // park). The arrival is counted before the swap and taken back if it
 // fails, so that the pending count never dips below zero.
-func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
+func Park(o *Op, t *Tracker, now int64, watches int) (*Handle, bool) {
 	w := o.word()
 	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
 		return nil, false
@@ -427,18 +432,19 @@ func Park(o *Op, t *Tracker, now int64) (*Handle, bool) {
 	}
 	o.t = t
 	st := t.stripe(o)
-	st.parked.Add(1)
+	c := counts(uint32(watches))
+	st.arrived.Add(c)
 	if seam != nil {
 		seam("published", o)
 	}
 	for {
 		s := w.Load()
 		if s&(stParked|stCompleted|stCancelled) != 0 {
-			st.parked.Add(-1)
+			st.arrived.Add(-c)
 			h.clear()
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s|stParked|own) {
+		if w.CompareAndSwap(s, s|stParked|own|uint32(watches)<<watchShift) {
 			return h, true
 		}
 	}
@@ -462,26 +468,6 @@ func ArmContext(o *Op) {
 	if o.word().Load()&(stCompleted|stCancelled) != 0 {
 		if s := fh.stop.Swap(nil); s != nil {
 			(*s)()
-		}
-	}
-}
-
-// AddWatches counts n more watch entries for a parked operation, unless it
-// has completed meanwhile (then the entries are tombstones from the start).
-// It reports whether it counted them.
-func AddWatches(o *Op, n int) bool {
-	w := o.word()
-	t := o.t
-	st := t.stripe(o)
-	st.watches.Add(int64(n))
-	for {
-		s := w.Load()
-		if s&stParked == 0 || int(s>>watchShift)+n > MaxKeys {
-			st.watches.Add(-int64(n))
-			return false
-		}
-		if w.CompareAndSwap(s, s+uint32(n)<<watchShift) {
-			return true
 		}
 	}
 }
@@ -512,10 +498,7 @@ func Cancel(o *Op) bool {
 	}
 	t := o.t
 	st := t.stripe(o)
-	if n := s >> watchShift; n > 0 {
-		st.unwatched.Add(int64(n))
-	}
-	st.unparked.Add(1)
+	st.left.Add(counts(s >> watchShift))
 	st.cancelled.Add(1)
 	t.release()
 	o.release(true)

@@ -10,9 +10,34 @@ import (
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/optest"
+	"github.com/purgatory-go/purgatory/operation"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A second Init, before any park, replaces the first's options: without
+// WithLock the operation is back on its own lock.
+func TestInitAgainDropsOptions(t *testing.T) {
+	var mu sync.Mutex
+	o := optest.New(0, operation.WithLock(&mu))
+	lo := lifecycle.Of(o)
+	assert.Same(t, &mu, lifecycle.Lock(lo))
+	o.Init(o, 0)
+	assert.NotSame(t, &mu, lifecycle.Lock(lo))
+	l := lifecycle.Lock(lo)
+	l.Lock()
+	assert.True(t, mu.TryLock(), "the mutex given first is no longer the operation's")
+	mu.Unlock()
+	l.Unlock()
+	// Parked, it gets a plain Handle, which must not be read as the
+	// options' (fat) one.
+	var tr lifecycle.Tracker
+	h, ok := lifecycle.Park(lo, &tr, 0, 1)
+	assert.True(t, ok)
+	assert.Equal(t, l, lifecycle.Lock(lo))
+	assert.True(t, o.ForceComplete())
+	assert.Nil(t, h.Op())
+}
 
 // The operation's own lock excludes, blocks and wakes like a mutex.
 func TestOwnLockExcludes(t *testing.T) {
@@ -50,12 +75,11 @@ func TestParkCountsOnce(t *testing.T) {
 	var tr lifecycle.Tracker
 	o := optest.New(0)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &tr, 0)
+	h, ok := lifecycle.Park(lo, &tr, 0, 3)
 	assert.True(t, ok)
 	assert.Same(t, lo, h.Op())
-	_, ok = lifecycle.Park(lo, &tr, 0)
+	_, ok = lifecycle.Park(lo, &tr, 0, 5)
 	assert.False(t, ok, "parked twice")
-	assert.True(t, lifecycle.AddWatches(lo, 3))
 	c := tr.Counts()
 	assert.Equal(t, int64(1), c.Pending)
 	assert.Equal(t, int64(3), c.Watched)
@@ -66,7 +90,7 @@ func TestParkCountsOnce(t *testing.T) {
 	assert.Equal(t, int64(0), c.Pending)
 	assert.Equal(t, int64(0), c.Watched)
 	assert.Equal(t, uint64(1), c.Done[lifecycle.Early])
-	_, ok = lifecycle.Park(lo, &tr, 0)
+	_, ok = lifecycle.Park(lo, &tr, 0, 0)
 	assert.False(t, ok, "a completed operation parked again")
 	assert.Equal(t, int64(0), tr.Counts().Pending)
 }
@@ -77,13 +101,12 @@ func TestCancel(t *testing.T) {
 	var tr lifecycle.Tracker
 	o := optest.New(0)
 	lo := lifecycle.Of(o)
-	h, _ := lifecycle.Park(lo, &tr, 0)
-	lifecycle.AddWatches(lo, 2)
+	h, _ := lifecycle.Park(lo, &tr, 0, 2)
 	assert.True(t, lifecycle.Cancel(lo))
 	assert.False(t, lifecycle.Cancel(lo))
 	assert.Nil(t, h.Op())
 	assert.False(t, o.IsCompleted())
-	_, ok := lifecycle.Park(lo, &tr, 0)
+	_, ok := lifecycle.Park(lo, &tr, 0, 0)
 	assert.False(t, ok)
 	o.Ready.Store(true)
 	assert.False(t, lifecycle.TryComplete(lo), "checks leave a cancelled operation alone")
@@ -101,7 +124,7 @@ func TestExpireNeedsParked(t *testing.T) {
 	assert.False(t, lifecycle.Expire(lo, lifecycle.Expired), "never parked")
 	assert.Equal(t, int32(0), o.Completes.Load())
 	var tr lifecycle.Tracker
-	lifecycle.Park(lo, &tr, 0)
+	lifecycle.Park(lo, &tr, 0, 0)
 	assert.True(t, lifecycle.Expire(lo, lifecycle.Expired))
 	assert.Equal(t, int32(1), o.Expiries.Load())
 	assert.True(t, o.IsExpired())

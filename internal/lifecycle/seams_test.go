@@ -49,7 +49,7 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	o := newSeamOp(context.Background())
 	at(t, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
 	var tr Tracker
-	h, ok := Park(&o.Op, &tr, 0)
+	h, ok := Park(&o.Op, &tr, 0, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
@@ -72,7 +72,7 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 		require.True(t, ForceComplete(o))
 	})
 	var tr Tracker
-	h, ok := Park(&o.Op, &tr, 0)
+	h, ok := Park(&o.Op, &tr, 0, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Same(t, initHandle, o.h, "Park keeps Init's Handle")
@@ -92,7 +92,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	defer cancel()
 	o := newSeamOp(ctx)
 	var tr Tracker
-	_, ok := Park(&o.Op, &tr, 0)
+	_, ok := Park(&o.Op, &tr, 0, 0)
 	require.True(t, ok)
 	at(t, "registered", func(o *Op) {
 		require.Nil(t, o.fat().stop.Load(), "not stored yet")
@@ -134,7 +134,7 @@ func timeIn(tr *Tracker, k Kind) hist.Snapshot {
 func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
-	_, ok := Park(&o.Op, tr, 0)
+	_, ok := Park(&o.Op, tr, 0, 0)
 	require.True(t, ok)
 
 	assert.False(t, ForceComplete(&o.Op))
@@ -147,30 +147,13 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	assert.Zero(t, timeIn(tr, Early).Hi, "the loser records nothing")
 }
 
-// A watch counted between the clock read and the swap fails the swap; the
-// retry completes with the reading already taken and uncounts the watch.
-func TestWatchBetweenClockReadAndSwap(t *testing.T) {
-	o := newSeamOp(context.Background())
-	tr, reads := clockWith(int64(5*time.Millisecond), func() { require.True(t, AddWatches(&o.Op, 2)) })
-	_, ok := Park(&o.Op, tr, 0)
-	require.True(t, ok)
-
-	assert.True(t, ForceComplete(&o.Op))
-	assert.Equal(t, 1, *reads, "one reading, kept across the retry")
-	c := tr.Counts()
-	assert.Equal(t, [4]uint64{Early: 1}, c.Done)
-	assert.Zero(t, c.Pending)
-	assert.Zero(t, c.Watched, "the watch counted in the gap is uncounted")
-	assert.Equal(t, int64(5*time.Millisecond)+1, timeIn(tr, Early).Hi)
-}
-
 // A cancel between the clock read and the swap: the ForceComplete still
 // completes the operation, as it does any cancelled one, but it was no
 // longer parked, so nothing is counted or timed for it but the cancel.
 func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
-	_, ok := Park(&o.Op, tr, 0)
+	_, ok := Park(&o.Op, tr, 0, 0)
 	require.True(t, ok)
 
 	assert.True(t, ForceComplete(&o.Op))

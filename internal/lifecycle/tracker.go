@@ -59,19 +59,17 @@ const trackerStripes = 16
 
 type trackerStripe struct {
 	// Written where operations are parked and watched.
-	parked  atomic.Int64 // parks, less those whose CAS failed
-	watches atomic.Int64 // watch entries counted by AddWatches
-	_       [128 - 16]byte
+	arrived atomic.Uint64 // parks, less those whose CAS failed, and their watch entries (counts)
+	_       [128 - 8]byte
 
 	// Written where they complete or are cancelled. On a line of their
 	// own: a request parked on one core and completed on another would
 	// otherwise take this line from the other core twice.
-	unparked  atomic.Int64     // parked operations that completed or were cancelled
-	unwatched atomic.Int64     // their watch entries
+	left      atomic.Uint64    // parked operations that completed or were cancelled, and their watch entries (counts)
 	done      [4]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
-	_         [128 - 64]byte
+	_         [128 - 56]byte
 }
 
 func (t *Tracker) stripe(o *Op) *trackerStripe {
@@ -117,21 +115,25 @@ var liveSeam func()
 // left before what arrived: an operation's arrival is counted before its
 // departure, so the difference is never below zero.
 func (t *Tracker) Live() (pending, watched int64) {
+	var d uint64
 	for i := range t.stripes {
-		s := &t.stripes[i]
-		pending -= s.unparked.Load()
-		watched -= s.unwatched.Load()
+		d -= t.stripes[i].left.Load()
 	}
 	if liveSeam != nil {
 		liveSeam()
 	}
 	for i := range t.stripes {
-		s := &t.stripes[i]
-		pending += s.parked.Load()
-		watched += s.watches.Load()
+		d += t.stripes[i].arrived.Load()
 	}
-	return pending, watched
+	return int64(uint32(d)), int64(d >> 32)
 }
+
+// counts packs one parked operation and its n watch entries into the
+// word that arrived and left count in: operations in the low 32 bits,
+// entries in the high 32. One locked add then counts both. The sums wrap,
+// and their difference is still exact while fewer than 2^32 operations
+// are pending and fewer than 2^32 entries watched, which no heap holds.
+func counts(n uint32) uint64 { return 1 | uint64(n)<<32 }
 
 // AddPanic counts a panic recovered outside the operations' own callbacks.
 func (t *Tracker) AddPanic() { t.stripes[0].panics.Add(1) }

@@ -15,10 +15,10 @@ import (
 // stripes do not share lines either.
 func TestTrackerStripeLayout(t *testing.T) {
 	var s trackerStripe
-	parkEnd := unsafe.Offsetof(s.watches) + unsafe.Sizeof(s.watches)
-	assert.GreaterOrEqual(t, unsafe.Offsetof(s.unparked), uintptr(128), "completion counters start a 128-byte block")
+	parkEnd := unsafe.Offsetof(s.arrived) + unsafe.Sizeof(s.arrived)
+	assert.GreaterOrEqual(t, unsafe.Offsetof(s.left), uintptr(128), "completion counters start a 128-byte block")
 	assert.LessOrEqual(t, parkEnd, uintptr(64), "park counters fit one line")
-	assert.LessOrEqual(t, unsafe.Offsetof(s.panics)+unsafe.Sizeof(s.panics)-unsafe.Offsetof(s.unparked), uintptr(64))
+	assert.LessOrEqual(t, unsafe.Offsetof(s.panics)+unsafe.Sizeof(s.panics)-unsafe.Offsetof(s.left), uintptr(64))
 	assert.Zero(t, unsafe.Sizeof(s)%128)
 }
 
@@ -51,10 +51,7 @@ func TestLiveNeverNegative(t *testing.T) {
 			defer wg.Done()
 			for range each {
 				o := newSeamOp(context.Background())
-				_, ok := Park(&o.Op, &tr, 0)
-				if ok {
-					AddWatches(&o.Op, 3)
-				}
+				Park(&o.Op, &tr, 0, 3)
 				ops <- o
 			}
 		}()
@@ -84,9 +81,8 @@ func TestLiveWithAnOperationBetweenItsPasses(t *testing.T) {
 	liveSeam = func() {
 		liveSeam = nil
 		o := newSeamOp(context.Background())
-		_, ok := Park(&o.Op, &tr, 0)
+		_, ok := Park(&o.Op, &tr, 0, 2)
 		require.True(t, ok)
-		require.True(t, AddWatches(&o.Op, 2))
 		require.True(t, ForceComplete(&o.Op))
 	}
 	t.Cleanup(func() { liveSeam = nil })
@@ -96,4 +92,16 @@ func TestLiveWithAnOperationBetweenItsPasses(t *testing.T) {
 	p, w = tr.Live()
 	assert.Zero(t, p)
 	assert.Zero(t, w)
+}
+
+// The packed sums wrap; Live's difference of them stays exact.
+func TestLiveAcrossWrappedSums(t *testing.T) {
+	var tr Tracker
+	s := &tr.stripes[3]
+	s.left.Store(^uint64(0) - counts(2) + 1) // as if 2^64 - that had left
+	s.arrived.Store(s.left.Load() + counts(3) + counts(4))
+	tr.stripes[9].arrived.Store(counts(1))
+	p, w := tr.Live()
+	assert.Equal(t, int64(3), p)
+	assert.Equal(t, int64(8), w)
 }

@@ -19,9 +19,8 @@ func parkOp(t *testing.T, n int) (*optest.Op, *lifecycle.Handle) {
 	t.Helper()
 	o := optest.New(time.Hour)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &purgeTracker, 0)
+	h, ok := lifecycle.Park(lo, &purgeTracker, 0, n)
 	require.True(t, ok)
-	require.True(t, lifecycle.AddWatches(lo, n))
 	return o, h
 }
 
