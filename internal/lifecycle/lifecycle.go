@@ -152,7 +152,7 @@ type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
 	// Park sets it before the compare-and-swap that publishes the Handle
 	// (in a new Handle's composite literal, or in the fat Handle Init
-	// made); after that it is read and cleared atomically.
+	// made); after that it is read atomically, and cleared by clear.
 	op unsafe.Pointer
 }
 
@@ -166,9 +166,6 @@ type timedHandle struct {
 
 // Op returns the operation, or nil once it has completed or been cancelled.
 func (h *Handle) Op() *Op { return (*Op)(atomic.LoadPointer(&h.op)) }
-
-// clear takes the operation off every list holding h.
-func (h *Handle) clear() { atomic.StorePointer(&h.op, nil) }
 
 // fatHandle carries what only some operations have: a lock given to
 // WithLock and a context. Op.h points at its first field when stFat is set.
