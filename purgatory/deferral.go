@@ -1,11 +1,10 @@
 package purgatory
 
 import (
-	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -24,17 +23,18 @@ import (
 // whose timeout is at least twice that are held here. It is never early,
 // and, while the reaper keeps time, no later than it would have been.
 //
-// What waits here is the operation's Handle, which its completion clears,
-// so a completed operation is as unreachable from here as from the watch
-// lists: what stays until the next drain is the 8-byte Handle.
+// What waits is the operation's Handle, which its completion clears, so a
+// completed operation is as unreachable from here as from the watch lists:
+// what stays until the next drain is the 8-byte Handle.
 //
-// Parks push; the reaper seals what was pushed every deferHold and, one
-// deferHold later, adds what is still pending to the timer.
+// A park queues the Handle in the watch-list shard of its first key, under
+// the lock it takes there to watch it (watchers.Watch with hold), so the
+// queue costs a park no lock of its own. The reaper seals what was queued
+// every deferHold, taking it from the shards, and, one deferHold later,
+// adds what is still pending to the timer.
 type deferral struct {
-	stripes [deferStripes]deferStripe
-
-	// The rest belongs to the goroutine that calls step: the reaper.
-	add      func(o *lifecycle.Op, now int64) error // the timer's Add
+	take     func(dst []watchers.Chunks) []watchers.Chunks // the shards' queued Handles (TakeHeld)
+	add      func(o *lifecycle.Op, now int64) error        // the timer's Add
 	sealedAt int64
 	gens     []deferGen // sealed, oldest first
 }
@@ -50,28 +50,11 @@ const (
 	// deferMinTimeout is the shortest timeout that is deferred: the
 	// operation still has half of it, or more, when it enters the timer.
 	deferMinTimeout = 2 * time.Duration(deferMaxWait)
-	deferStripes    = 16
 )
-
-type deferStripe struct {
-	mu sync.Mutex
-	hs []*lifecycle.Handle
-	// Parks on different cores push to different stripes: keep each on
-	// lines of its own.
-	_ [128 - 8 - 24]byte
-}
 
 type deferGen struct {
 	at int64 // when it was sealed
-	hs [deferStripes][]*lifecycle.Handle
-}
-
-// push holds back the timeout of o, parked with Handle h.
-func (d *deferral) push(o *lifecycle.Op, h *lifecycle.Handle) {
-	s := &d.stripes[(uintptr(unsafe.Pointer(o))>>7)%deferStripes]
-	s.mu.Lock()
-	s.hs = append(s.hs, h)
-	s.mu.Unlock()
+	hs []watchers.Chunks
 }
 
 // step seals what was pushed since the last seal, if that was deferHold
@@ -97,32 +80,26 @@ func (d *deferral) step(now int64) (wait time.Duration) {
 
 func (d *deferral) seal(now int64) {
 	d.sealedAt = now
-	var g deferGen
-	held := false
-	for i := range d.stripes {
-		s := &d.stripes[i]
-		s.mu.Lock()
-		g.hs[i], s.hs = s.hs, nil
-		s.mu.Unlock()
-		held = held || len(g.hs[i]) > 0
-	}
-	if !held {
+	hs := d.take(nil)
+	if len(hs) == 0 {
 		return
 	}
-	g.at = now
-	d.gens = append(d.gens, g)
+	d.gens = append(d.gens, deferGen{at: now, hs: hs})
 }
 
 func (d *deferral) drain(g *deferGen, now int64) {
-	for i, hs := range g.hs {
-		for _, h := range hs {
-			o := h.Op()
-			if o == nil {
-				continue // completed or cancelled meanwhile
+	for i, cs := range g.hs {
+		for j, c := range cs {
+			for _, h := range c {
+				o := h.Op()
+				if o == nil {
+					continue // completed or cancelled meanwhile
+				}
+				settleAdd(o, d.add(o, now))
 			}
-			settleAdd(o, d.add(o, now))
+			cs[j] = nil // no chunk is kept: what is held shrinks with the load
 		}
-		g.hs[i] = nil // no slice is kept: what is held shrinks with the load
+		g.hs[i] = nil
 	}
 }
 
@@ -130,11 +107,6 @@ func (d *deferral) drain(g *deferGen, now int64) {
 // the operations are expired from the watch lists, or, with
 // WithLeavePendingOnShutdown, left as they are.
 func (d *deferral) clear() {
-	for i := range d.stripes {
-		s := &d.stripes[i]
-		s.mu.Lock()
-		s.hs = nil
-		s.mu.Unlock()
-	}
+	d.take(nil)
 	d.gens = nil
 }

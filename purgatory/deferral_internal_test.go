@@ -25,7 +25,7 @@ func deferredOnMock(t *testing.T, wrap func(op *optest.Op, add func() error) err
 	p, err := New[string, *optest.Op]("deferred", WithTimer(mt), WithoutReaper())
 	require.NoError(t, err)
 	require.Nil(t, p.deferred, "a user's timer is never deferred to")
-	p.deferred = &deferral{add: func(o *lifecycle.Op, now int64) error {
+	p.deferred = &deferral{take: p.watchers.TakeHeld, add: func(o *lifecycle.Op, now int64) error {
 		add := func() error { return p.addAt(lifecycle.Task(o), now) }
 		if wrap == nil {
 			return add()
@@ -116,22 +116,27 @@ func TestDeferralSeams(t *testing.T) {
 }
 
 // A completed operation is not kept alive by the deferral, whose Handle
-// the completion clears.
+// the completion clears. An operation watched on several keys is queued
+// once.
 func TestDeferralReleasesCompletedOperations(t *testing.T) {
 	p, _, _ := deferredOnMock(t, nil)
 	op := optest.New(time.Hour)
-	_, err := p.TryCompleteElseWatch(op, "k")
+	_, err := p.TryCompleteElseWatch(op, "k", "l", "m")
 	require.NoError(t, err)
-	held := 0
-	for i := range p.deferred.stripes {
-		held += len(p.deferred.stripes[i].hs)
+	held := p.watchers.TakeHeld(nil)
+	n := 0
+	for _, cs := range held {
+		for _, c := range cs {
+			n += len(c)
+		}
 	}
-	require.Equal(t, 1, held, "the operation waits in the deferral")
+	require.Equal(t, 1, n, "the operation waits in the deferral, once")
 	wp := weak.Make(op)
 	require.True(t, op.ForceComplete())
 	op = nil
 	require.Eventually(t, func() bool { runtime.GC(); return wp.Value() == nil },
 		30*time.Second, time.Millisecond, "a completed operation is still reachable")
+	runtime.KeepAlive(held)
 }
 
 // Shutdown expires what waits in the deferral, as it does the rest.
@@ -166,13 +171,14 @@ func TestDeferralExpiresOnTime(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a deferred timeout never expired")
 	}
-	assert.Equal(t, int32(1), op.Expiries.Load())
+	// OnComplete has run; OnExpiration runs after it, on the reaper.
+	assert.True(t, op.IsExpired())
 }
 
 // TestDeferralParkSeams completes an operation with a deferred timeout at
 // each step of TryCompleteElseWatch, among them just before its Handle is
-// queued (StepUnlocked) and just after (StepTimed). It completes once, and
-// nothing of it reaches the timer.
+// queued with its first key (stepTried) and just after (stepBetweenKeys).
+// It completes once, and nothing of it reaches the timer.
 func TestDeferralParkSeams(t *testing.T) {
 	for _, at := range Steps {
 		t.Run(at.String(), func(t *testing.T) {

@@ -149,7 +149,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		var system bool
 		p.now, p.stamp, p.addAt, system = tasklink.Clock(p.timer)
 		if system && !c.timerSet && !c.noReaper {
-			p.deferred = &deferral{add: func(o *lifecycle.Op, now int64) error {
+			p.deferred = &deferral{take: p.watchers.TakeHeld, add: func(o *lifecycle.Op, now int64) error {
 				return p.addAt(lifecycle.Task(o), now)
 			}}
 		}
@@ -242,6 +242,10 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepTried)
 	missed := false
+	// A long timeout waits a while before it enters the timer: most such
+	// operations complete first and never do (deferral.go). Watch queues
+	// the Handle for the reaper.
+	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
 	// Park counted the entries. A ForceComplete since (it takes no lock)
 	// has uncounted them, and they would be tombstones: push none.
 	if !lifecycle.IsCompleted(o) {
@@ -249,7 +253,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		if stepHook != nil {
 			between = func() { p.at(stepBetweenKeys) }
 		}
-		missed = p.watchers.Watch(h, keys, levels, between, &marks)
+		missed = p.watchers.Watch(h, keys, levels, between, &marks, hold)
 	}
 	p.at(stepWatched)
 	done := lifecycle.LastTryLocked(o, missed)
@@ -259,11 +263,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepUnlocked)
 	switch {
-	case p.timer == nil || lifecycle.IsCompleted(o):
-	case p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout:
-		// A long timeout waits a while before it enters the timer: most
-		// such operations complete first and never do (deferral.go).
-		p.deferred.push(o, h)
+	case p.timer == nil || lifecycle.IsCompleted(o) || hold:
 	default:
 		var err error
 		if p.addAt != nil {

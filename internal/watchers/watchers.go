@@ -66,6 +66,11 @@ type shard[K comparable] struct {
 	// few lists later. Guarded by mu.
 	idle   [maxIdle]*list[K]
 	idleAt int // next slot of the ring
+	// held holds the Handles of operations whose first key is in this
+	// shard and whose timeouts the purgatory holds back (Watch's hold,
+	// TakeHeld): queued under the lock the Watch takes anyway, they cost
+	// no lock of their own. Guarded by mu.
+	held Chunks
 }
 
 const countStripes = 16
@@ -96,9 +101,9 @@ const (
 // sorted by level (see levels.go).
 type list[K comparable] struct {
 	key    K
-	chunks [][]*lifecycle.Handle // full but the last and one a purge step ended in; sizes 4, 8, ... maxChunk
-	n      int                   // entries in all chunks
-	lv     []levelled            // lv[lvHead:] sorted by level; before lvHead, cleared
+	chunks Chunks     // full but the last and one a purge step ended in
+	n      int        // entries in all chunks
+	lv     []levelled // lv[lvHead:] sorted by level; before lvHead, cleared
 	lvHead int
 	next   *list[K] // another key with the same hash
 	idle   bool     // in its shard's ring of idle lists
@@ -287,7 +292,10 @@ func (w *Watchers[K]) Mark(keys []K, m *Marks) {
 // check may have looked for the operation on one of its keys before it was
 // there, since Mark (see Marks); the caller then tries the operation
 // again. Without m it reports true.
-func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func(), m *Marks) (missed bool) {
+//
+// With hold, h is also queued for TakeHeld, in the shard of the first key
+// and under the lock taken to watch it.
+func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func(), m *Marks, hold bool) (missed bool) {
 	marked := m != nil && m.n == len(keys) && len(keys) > 0
 	missed = !marked
 	var first uint64
@@ -316,6 +324,9 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 		} else {
 			l.push(h)
 		}
+		if hold && i == 0 {
+			sh.held.push(h)
+		}
 		sh.mu.Unlock()
 	}
 	if len(keys) > 0 {
@@ -326,17 +337,26 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 
 // push appends h. The caller holds the shard's lock.
 func (l *list[K]) push(h *lifecycle.Handle) {
-	last := len(l.chunks) - 1
-	if last < 0 || len(l.chunks[last]) == cap(l.chunks[last]) {
+	l.chunks.push(h)
+	l.n++
+}
+
+// Chunks holds Handles in slices of 4, 8, ... maxChunk, each allocated
+// full size: entries are never copied as it grows.
+type Chunks [][]*lifecycle.Handle
+
+// push appends h to the last chunk, or to a new one if that is full.
+func (c *Chunks) push(h *lifecycle.Handle) {
+	last := len(*c) - 1
+	if last < 0 || len((*c)[last]) == cap((*c)[last]) {
 		size := 4
 		if last >= 0 {
-			size = min(2*cap(l.chunks[last]), maxChunk)
+			size = min(2*cap((*c)[last]), maxChunk)
 		}
-		l.chunks = append(l.chunks, make([]*lifecycle.Handle, 0, size))
+		*c = append(*c, make([]*lifecycle.Handle, 0, size))
 		last++
 	}
-	l.chunks[last] = append(l.chunks[last], h)
-	l.n++
+	(*c)[last] = append((*c)[last], h)
 }
 
 // compactLocked drops tombstones from l, keeping the order of the rest,
@@ -494,6 +514,22 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 		}
 	})
 	return ops
+}
+
+// TakeHeld appends to dst, and takes from the shards, the chunks of
+// Handles that Watch queued with hold since the last TakeHeld. It takes
+// each shard's lock in turn, briefly.
+func (w *Watchers[K]) TakeHeld(dst []Chunks) []Chunks {
+	for i := range w.shards {
+		sh := &w.shards[i]
+		sh.mu.Lock()
+		if sh.held != nil {
+			dst = append(dst, sh.held)
+			sh.held = nil
+		}
+		sh.mu.Unlock()
+	}
+	return dst
 }
 
 // Watched returns the number of entries on all lists, counting an
