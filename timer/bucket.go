@@ -124,7 +124,7 @@ func unlinkLocked(e *TaskBase) {
 	e.prev.next = e.next
 	e.next = nil
 	e.prev = nil
-	e.list.Store(nil)
+	e.list.clear()
 }
 
 // popInto moves up to max of b's entries into dst and returns it, taking

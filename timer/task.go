@@ -56,7 +56,7 @@ type TaskBase struct {
 	// list is the bucket the entry is linked into, or nil. It is written only
 	// by a goroutine that holds that bucket's mu (to link or unlink it), and is
 	// read without a lock to find which bucket to lock.
-	list atomic.Pointer[bucket]
+	list listRef
 
 	// next and prev link the entry into list. They are guarded by list.mu.
 	next, prev *TaskBase
