@@ -89,7 +89,10 @@ func WithTimer(t timer.Timer) Option {
 	return optionFunc(func(c *config) { c.timer, c.timerSet = t, true })
 }
 
-// WithTimerOptions passes options to the SystemTimer the purgatory creates.
+// WithTimerOptions passes options to the SystemTimer the purgatory creates,
+// after its own: expiries on the reaper (timer.WithExecutors(0)) and a
+// wheel of 256 (timer.WithWheelSize), whose finest level holds timeouts up
+// to 512 ms without moving them between levels, for 320 KiB a level.
 func WithTimerOptions(opts ...timer.Option) Option {
 	return optionFunc(func(c *config) { c.timerOpts = append(c.timerOpts, opts...) })
 }
