@@ -37,6 +37,22 @@ func deferredOnMock(t *testing.T, wrap func(op *optest.Op, add func() error) err
 	return p, mt, step
 }
 
+// drainCompletedOnce lets the deferral seal and drain what it holds (step
+// is the reaper's call), then checks that op, which something completed
+// meanwhile, completed once, left nothing in the timer, and never expires.
+func drainCompletedOnce(t *testing.T, p *Purgatory[string, *optest.Op], mt *timer.MockTimer, step func(), op *optest.Op) {
+	t.Helper()
+	mt.Advance(time.Duration(deferHold))
+	step()
+	mt.Advance(time.Duration(deferHold))
+	step()
+	assert.Equal(t, 0, mt.Size(), "left in the timer")
+	assert.Equal(t, int32(1), op.Completes.Load())
+	mt.Advance(time.Hour)
+	assert.Zero(t, op.Expiries.Load())
+	assert.Equal(t, 0, p.NumDelayed())
+}
+
 func TestDeferralAddsOnlyWhatIsStillPending(t *testing.T) {
 	p, mt, step := deferredOnMock(t, nil)
 	const timeout = time.Hour
@@ -102,15 +118,7 @@ func TestDeferralSeams(t *testing.T) {
 			op := optest.New(time.Hour)
 			_, err := p.TryCompleteElseWatch(op, "k")
 			require.NoError(t, err)
-			mt.Advance(time.Duration(deferHold))
-			step()
-			mt.Advance(time.Duration(deferHold))
-			step()
-			assert.Equal(t, 0, mt.Size(), "left in the timer")
-			assert.Equal(t, int32(1), op.Completes.Load())
-			mt.Advance(time.Hour)
-			assert.Zero(t, op.Expiries.Load())
-			assert.Equal(t, 0, p.NumDelayed())
+			drainCompletedOnce(t, p, mt, step, op)
 		})
 	}
 }
@@ -193,15 +201,7 @@ func TestDeferralParkSeams(t *testing.T) {
 			_, err := p.TryCompleteElseWatch(op, "k", "l")
 			require.NoError(t, err)
 			stepHook = nil
-			mt.Advance(time.Duration(deferHold))
-			drain()
-			mt.Advance(time.Duration(deferHold))
-			drain()
-			assert.Equal(t, 0, mt.Size(), "left in the timer")
-			assert.Equal(t, int32(1), op.Completes.Load())
-			mt.Advance(time.Hour)
-			assert.Zero(t, op.Expiries.Load())
-			assert.Equal(t, 0, p.NumDelayed())
+			drainCompletedOnce(t, p, mt, drain, op)
 			assert.Equal(t, 0, p.Watched())
 		})
 	}

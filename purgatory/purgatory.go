@@ -269,9 +269,8 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return true, nil
 	}
 	p.at(stepUnlocked)
-	switch {
-	case p.timer == nil || lifecycle.IsCompleted(o) || hold:
-	default:
+	// A held timeout is already queued (Watch); the rest go to the timer.
+	if p.timer != nil && !hold && !lifecycle.IsCompleted(o) {
 		var err error
 		if p.addAt != nil {
 			err = p.addAt(lifecycle.Task(o), now)

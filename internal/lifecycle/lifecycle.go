@@ -221,7 +221,8 @@ type Options struct {
 // timeout. It panics on misuse that would otherwise corrupt the state: a
 // second Init of a parked operation.
 func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
-	if o.word().Load()&(stParked|stCompleted|stCancelled) != 0 {
+	s := o.word().Load() // no one else writes it before the park
+	if s&(stParked|stCompleted|stCancelled) != 0 {
 		panic("operation: Init of an operation already parked, completed or cancelled")
 	}
 	*o.owner() = self
@@ -233,7 +234,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		fh := &fatHandle{lock: opt.Lock, shared: opt.Shared, ctx: opt.Ctx}
 		o.h = &fh.Handle
 		o.word().Or(stFat)
-	} else if o.word().Load()&stFat != 0 {
+	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
 		// word is zero: a locked instruction here would wait for the
 		// allocation's stores to drain, and costs 5% of perf run C.
