@@ -45,8 +45,9 @@ type delayQueue struct {
 	// lateAt is the clock time after which the goroutine advancing the
 	// clock counts as late: while it works (from the start of an
 	// AdvanceClock, and each time its poll wakes), nudgeAfter from then;
-	// while its poll sleeps until a bucket is due, nudgeAfter after that;
-	// math.MaxInt64 while it waits with nothing due, and between
+	// while its poll sleeps, nudgeAfter after the head bucket is due,
+	// whether the poll sleeps until then or until its own deadline;
+	// math.MaxInt64 while it waits with nothing queued, and between
 	// AdvanceClocks. An offer of a new head while a poll runs lowers it.
 	// Every Add reads it; the advancing goroutine, a nudge and such an
 	// offer write it, so it has a cache line of its own.
@@ -145,28 +146,30 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 		q.working(now)
 		q.mu.Lock()
 		wait := deadline - now
-		forBucket := false
+		headDue := time.Duration(math.MaxInt64) // nothing queued
 		if len(q.items) > 0 {
-			due := q.dueAt(q.items[0].due)
-			if due <= now {
+			headDue = q.dueAt(q.items[0].due)
+			if headDue <= now {
 				b := heap.Pop(&q.items).(*bucket)
 				q.mu.Unlock()
 				return b
 			}
-			if due-now <= wait {
-				wait, forBucket = due-now, true
-			}
 		}
 		q.mu.Unlock()
+		forBucket := headDue < math.MaxInt64 && headDue-now <= wait
+		if forBucket {
+			wait = headDue - now
+		}
 		if wait <= 0 {
 			return nil
 		}
 		if q.nudges {
-			if forBucket {
-				q.lateAt.Store(int64(addSat(now+wait, nudgeAfter)))
-			} else {
-				q.lateAt.Store(math.MaxInt64) // nothing due: nothing to be late for
-			}
+			// Late nudgeAfter after the head is due, even when this wait
+			// ends first, at the deadline: a wake for the deadline that
+			// comes late holds off the next poll, and so the bucket, just
+			// as long. With nothing queued, nothing is late (addSat
+			// saturates).
+			q.lateAt.Store(int64(addSat(headDue, nudgeAfter)))
 		}
 		if forBucket && q.precise && wait <= preciseWait && preciseSleep(wait) {
 			select {

@@ -74,6 +74,48 @@ func TestNudgeWakesALatePoll(t *testing.T) {
 	}
 }
 
+// A poll whose own deadline comes just before the head bucket is due sleeps
+// until that deadline, not for the bucket, and is still late nudgeAfter
+// after the bucket is due: if the deadline's timer is not run, neither is
+// the next poll that would return the bucket. Before this, such a poll
+// counted as having nothing due, and a purgatory's first expiries waited
+// for the scheduler to preempt whatever held the processors.
+func TestPollUntilDeadlineIsLateForTheHead(t *testing.T) {
+	q, clk := newNudgedQueue()
+	b := bucketDue(10)
+	q.offer(b)
+	<-q.wake
+	got := make(chan *bucket, 1)
+	go func() { got <- q.poll(9 * time.Millisecond) }()
+	lateAt := int64(10*time.Millisecond + nudgeAfter)
+	require.Eventually(t, func() bool { return q.lateAt.Load() == lateAt },
+		10*time.Second, time.Millisecond, "the poll sleeps until 9 ms, late for the bucket at 10")
+
+	clk.now.Store(lateAt + 1)
+	q.nudge(lateAt + 1)
+	select {
+	case g := <-got:
+		assert.Same(t, b, g, "woken past its deadline, the poll returns the due bucket")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the nudged poll did not wake")
+	}
+}
+
+// A poll with nothing queued is never late, however long it sleeps.
+func TestPollWithNothingQueuedIsNeverLate(t *testing.T) {
+	q, clk := newNudgedQueue()
+	got := make(chan *bucket, 1)
+	go func() { got <- q.poll(time.Hour) }()
+	require.Eventually(t, q.polling.Load, 10*time.Second, time.Millisecond)
+	// working stores now+nudgeAfter first; the sleep then stores MaxInt64.
+	require.Eventually(t, func() bool { return q.lateAt.Load() == math.MaxInt64 },
+		10*time.Second, time.Millisecond)
+	clk.now.Store(int64(time.Hour))
+	assert.False(t, q.late(int64(time.Hour)))
+	q.stop()
+	assert.Nil(t, <-got)
+}
+
 // Of the Adds that find the same lateness, one nudges; the next nudge comes
 // nudgeAfter later if the advancing goroutine has still not run.
 func TestNudgeOncePerInterval(t *testing.T) {
