@@ -13,11 +13,13 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -52,6 +54,7 @@ func main() {
 	flag.BoolVar(&timeInPurgatory, "times", false, "purgatory: record the time in purgatory (purgatory.WithTimeInPurgatory)")
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace)")
 	flag.StringVar(&memProfile, "memprofile", "", "write a heap profile, taken when the most requests were pending, to this file")
 	flag.Parse()
 	c.timeout = time.Duration(timeoutMs) * time.Millisecond
@@ -60,21 +63,30 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "purgatory_perf:", err)
-			os.Exit(1)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "purgatory_perf:", err)
-			os.Exit(1)
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
+	defer record(*cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)()
+	defer record(*traceFile, trace.Start, trace.Stop)()
 	r := run(c)
 	r.print(c, os.Stdout)
+}
+
+// record starts writing a CPU profile or an execution trace to the named
+// file, if a name is given, and returns what stops it.
+func record(name string, start func(io.Writer) error, stop func()) func() {
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "purgatory_perf:", err)
+		os.Exit(1)
+	}
+	return func() {
+		stop()
+		f.Close()
+	}
 }
 
 func (c config) validate() error {
