@@ -102,6 +102,51 @@ func TestBucketMovesKeepCountAndCancelEmpties(t *testing.T) {
 	}
 }
 
+// flush walks the stripes side by side. Whatever the stripes hold (here one
+// emptied by cancels and the others uneven), it takes every entry exactly
+// once, leaves each unlinked, and leaves every stripe empty with a count of
+// zero.
+func TestFlushTakesEveryStripe(t *testing.T) {
+	st, _ := newInlineTimer(t)
+	tasks := make([]*probe, 40)
+	for i := range tasks {
+		tasks[i] = newProbe(10 * time.Millisecond)
+		require.NoError(t, st.Add(tasks[i]))
+	}
+	b := bucketOf(tasks[0])
+	require.NotNil(t, b)
+	emptied := b.stripeOf(&tasks[0].TaskBase)
+	want := map[*TaskBase]bool{}
+	perStripe := map[*stripe]int{}
+	for _, p := range tasks {
+		require.Same(t, b, bucketOf(p), "one bucket")
+		if s := b.stripeOf(&p.TaskBase); s == emptied {
+			require.True(t, p.Cancel())
+		} else {
+			want[&p.TaskBase] = true
+			perStripe[s]++
+		}
+	}
+	require.Len(t, perStripe, bucketStripes-1, "the other stripes all hold entries")
+
+	got := b.flush(nil)
+	assert.Len(t, got, len(want))
+	for _, e := range got {
+		assert.True(t, want[e], "taken once, and only what was linked")
+		delete(want, e)
+		assert.Nil(t, e.list.Load())
+		assert.Nil(t, e.next)
+		assert.Nil(t, e.prev)
+	}
+	for i := range b.stripes {
+		s := &b.stripes[i]
+		assert.Zero(t, s.count)
+		assert.Same(t, &s.root, s.root.next)
+		assert.Same(t, &s.root, s.root.prev)
+	}
+	assert.Equal(t, int64(-1), b.expiration.Load())
+}
+
 // A bucket is reused for a later span once flushed, and the delay queue
 // gets it again only then.
 func TestBucketReuseResetsExpiration(t *testing.T) {
