@@ -36,6 +36,7 @@ type config struct {
 	size                int
 	impl                string
 	verbose             bool
+	timeline            string // file for the lateness time line, or ""
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace)")
+	flag.StringVar(&c.timeline, "timeline", "", "write, for every 10 ms of the run, the requests that expired in it, the largest lateness among them and the GC cycles that ended in it, to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "write a heap profile, taken when the most requests were pending, to this file")
 	flag.Parse()
 	c.timeout = time.Duration(timeoutMs) * time.Millisecond
@@ -128,6 +130,7 @@ type tracker struct {
 	completed atomic.Int64
 	expired   atomic.Int64
 	late      []int64 // per request id: expiry lateness in ns, or MinInt64
+	expiredAt []int64 // per request id: when it expired (now()), with -timeline
 	timeout   time.Duration
 }
 
@@ -142,7 +145,11 @@ func (t *tracker) onComplete(expiring bool) {
 }
 
 func (t *tracker) onExpire(r *request) {
-	t.late[r.id] = int64(now() - (r.arrival + t.timeout))
+	n := now()
+	t.late[r.id] = int64(n - (r.arrival + t.timeout))
+	if t.expiredAt != nil {
+		t.expiredAt[r.id] = int64(n)
+	}
 	t.expired.Add(1)
 	t.remaining.Done()
 }
@@ -201,6 +208,9 @@ func runWith[O completer](c config, p parker[O]) result {
 	t := &tracker{late: make([]int64, c.num), timeout: c.timeout}
 	for i := range t.late {
 		t.late[i] = math.MinInt64
+	}
+	if c.timeline != "" {
+		t.expiredAt = make([]int64, c.num)
 	}
 	track = t
 	cq := newCompletionQueue[O](c.timeout)
@@ -291,6 +301,11 @@ func runWith[O completer](c config, p parker[O]) result {
 	}
 	if n := peakPending.Load(); n > 0 {
 		res.heapPerPending = float64(int64(heapAtPeak.Load())-int64(baseHeap)) / float64(n)
+	}
+	if c.timeline != "" {
+		if err := writeTimeline(c.timeline, t, start); err != nil {
+			fmt.Fprintln(os.Stderr, "purgatory_perf:", err)
+		}
 	}
 	var late []int64
 	for _, l := range t.late {

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -48,4 +54,39 @@ func TestBadFlags(t *testing.T) {
 		bad(&c)
 		assert.Error(t, c.validate())
 	}
+}
+
+// -timeline accounts for every expiry once, in windows that rise, with the
+// run's largest lateness as the largest of any window's.
+func TestTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline")
+	c := config{num: 2000, keys: 3, keySpace: 10, timeout: 30 * time.Millisecond,
+		pct50: 10_000, pct75: 10_000, impl: "purgatory", timeline: path}
+	r := run(c)
+	require.Equal(t, int64(c.num), r.expired)
+
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.True(t, strings.HasPrefix(lines[0], "# "), "a header")
+	var expired int64
+	maxLate, prev := -1.0, int64(math.MinInt64)
+	for _, l := range lines[1:] {
+		f := strings.Split(l, "\t")
+		require.Len(t, f, 4, l)
+		start, err := strconv.ParseInt(f[0], 10, 64)
+		require.NoError(t, err)
+		assert.Greater(t, start, prev, "windows rise")
+		prev = start
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		require.NoError(t, err)
+		expired += n
+		if f[2] != "-" {
+			late, err := strconv.ParseFloat(f[2], 64)
+			require.NoError(t, err)
+			maxLate = max(maxLate, late)
+		}
+	}
+	assert.Equal(t, r.expired, expired)
+	assert.InDelta(t, ms(r.lateMx), maxLate, 0.01)
 }
