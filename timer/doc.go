@@ -117,9 +117,11 @@
 // A SystemTimer has a reader/writer lock, striped by task address: Add holds
 // one stripe for reading; advancing and Close hold every stripe for writing.
 // Under it come the buckets' locks (each bucket keeps its entries in four
-// stripes with a mutex each, never two held at once), and under those the
+// stripes with a mutex each; only the flush of a due bucket, under the write
+// lock, holds that bucket's four, taken in order), and under those the
 // delay queue's mutex. Cancel takes only the mutex of the stripe holding the
-// task, so it never waits for an advance. Run is called with no lock held, so
+// task, so it never waits for an advance, only, for a task in a due bucket,
+// for that bucket's flush. Run is called with no lock held, so
 // a task may Add or Cancel any task, itself included.
 //
 // # Options and their costs
