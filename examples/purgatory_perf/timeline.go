@@ -19,10 +19,9 @@ const timelineWindow = 10 * time.Millisecond
 // trace (-trace) then shows what the reaper was doing at that moment.
 func writeTimeline(path string, t *tracker, start time.Duration) error {
 	type window struct {
-		expired  int
-		maxLate  int64
-		gcEnds   int
-		occupied bool
+		expired int
+		maxLate int64
+		gcEnds  int
 	}
 	windows := map[int64]*window{}
 	at := func(d time.Duration) *window {
@@ -41,7 +40,6 @@ func writeTimeline(path string, t *tracker, start time.Duration) error {
 		w := at(time.Duration(t.expiredAt[id]))
 		w.expired++
 		w.maxLate = max(w.maxLate, l)
-		w.occupied = true
 	}
 	// GC cycles end on the wall clock; epoch holds both clocks' readings.
 	var gc debug.GCStats
@@ -67,7 +65,7 @@ func writeTimeline(path string, t *tracker, start time.Duration) error {
 			continue
 		}
 		maxLate := "-"
-		if w.occupied {
+		if w.expired > 0 {
 			maxLate = fmt.Sprintf("%.2f", ms(time.Duration(w.maxLate)))
 		}
 		fmt.Fprintf(b, "%d\t%d\t%s\t%d\n", k*timelineWindow.Milliseconds(), w.expired, maxLate, w.gcEnds)
