@@ -3,6 +3,7 @@ package timer
 import (
 	"github.com/purgatory-go/purgatory/internal/tasklink"
 
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,6 +146,64 @@ func TestFlushTakesEveryStripe(t *testing.T) {
 		assert.Same(t, &s.root, s.root.prev)
 	}
 	assert.Equal(t, int64(-1), b.expiration.Load())
+}
+
+// flush takes its four stripe locks one after another. Run exactly between
+// two of them (stripes 0 and 1 taken, stripe 2 held by the test): a Cancel
+// of an entry in stripe 3, which the flush has not reached, wins and is
+// not taken; a Cancel in stripe 0, which the flush holds, waits for the
+// flush, and its entry is taken but no longer pending, so refiling skips
+// it.
+func TestCancelBetweenTheFlushLocks(t *testing.T) {
+	st, _ := newInlineTimer(t)
+	b := (*bucket)(nil)
+	byStripe := map[int][]*probe{}
+	for len(byStripe[0]) == 0 || len(byStripe[3]) == 0 {
+		p := newProbe(10 * time.Millisecond)
+		require.NoError(t, st.Add(p))
+		if b == nil {
+			b = bucketOf(p)
+		}
+		require.Same(t, b, bucketOf(p))
+		for i := range b.stripes {
+			if b.stripeOf(&p.TaskBase) == &b.stripes[i] {
+				byStripe[i] = append(byStripe[i], p)
+			}
+		}
+	}
+	total := 0
+	for _, ps := range byStripe {
+		total += len(ps)
+	}
+
+	b.stripes[2].mu.Lock()
+	got := make(chan []*TaskBase, 1)
+	go func() { got <- b.flush(nil) }()
+	require.Eventually(t, func() bool {
+		if b.stripes[1].mu.TryLock() {
+			b.stripes[1].mu.Unlock()
+			return false
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the flush holds stripes 0 and 1")
+
+	late := byStripe[3][0]
+	assert.True(t, late.Cancel(), "stripe 3 is not the flush's yet: the Cancel wins")
+	assert.Nil(t, bucketOf(late))
+	held := byStripe[0][0]
+	cancelled := make(chan bool, 1)
+	go func() { cancelled <- held.Cancel() }()
+	b.stripes[2].mu.Unlock()
+
+	taken := <-got
+	assert.Len(t, taken, total-1)
+	assert.False(t, slices.Contains(taken, &late.TaskBase), "the cancelled entry is not taken")
+	assert.True(t, slices.Contains(taken, &held.TaskBase))
+	assert.True(t, <-cancelled, "the Cancel in stripe 0 waited for the flush, and won")
+	assert.False(t, held.isPending(), "refiling skips it")
+	for i := range b.stripes {
+		assert.Zero(t, b.stripes[i].count)
+	}
 }
 
 // A bucket is reused for a later span once flushed, and the delay queue
