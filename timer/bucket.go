@@ -87,17 +87,19 @@ func (b *bucket) setExpiration(tick int64) bool {
 	return b.expiration.Swap(tick) != tick
 }
 
-// insert links e at the tail of its stripe if e is in no list and still
-// pending. It reports whether e was linked. It is false when a concurrent
-// Cancel won (the caller need not do anything) or when e is already in some
-// list (an Add that moved it elsewhere got there first).
+// insert links e at the tail of its stripe if e is still pending and in
+// no list. It reports whether e was linked: false when a concurrent Cancel
+// won, or when e was added to another timer after this one's flush took it
+// out. The caller holds e's addLock, without which nobody links an entry,
+// so the check and the link need no atomic swap.
 func (b *bucket) insert(e *TaskBase) bool {
 	s := b.stripeOf(e)
 	s.mu.Lock()
-	if !e.isPending() || !e.list.CompareAndSwap(nil, b) {
+	if !e.isPending() || e.list.Load() != nil {
 		s.mu.Unlock()
 		return false
 	}
+	e.list.set(b)
 	tail := s.root.prev
 	e.next = &s.root
 	e.prev = tail

@@ -116,7 +116,9 @@
 //
 // A SystemTimer has a reader/writer lock, striped by task address: Add holds
 // one stripe for reading; advancing and Close hold every stripe for writing.
-// Under it come the buckets' locks (each bucket keeps its entries in four
+// Under it comes a task's add-lock, a bit of its state that only its holder
+// may link the task into a bucket under: an Add waits for it, the reaper
+// refiling the task only tries it. Under that come the buckets' locks (each bucket keeps its entries in four
 // stripes with a mutex each; only the flush of a due bucket, under the write
 // lock, holds that bucket's four, taken in order), and under those the
 // delay queue's mutex. Cancel takes only the mutex of the stripe holding the

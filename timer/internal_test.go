@@ -568,3 +568,102 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 		})
 	}
 }
+
+// linked walks every list of st, checking each link both ways, and returns
+// how many times each entry is linked.
+func linked(t *testing.T, st *SystemTimer) map[*TaskBase]int {
+	t.Helper()
+	seen := map[*TaskBase]int{}
+	st.wheel.levels(func(w *wheel) {
+		for i := range w.buckets {
+			b := &w.buckets[i]
+			for j := range b.stripes {
+				s := &b.stripes[j]
+				s.mu.Lock()
+				n := int64(0)
+				for e := s.root.next; e != &s.root; e = e.next {
+					if n++; n > s.count {
+						s.mu.Unlock()
+						require.Failf(t, "a list longer than its count", "bucket %d stripe %d: count %d", i, j, s.count)
+					}
+					require.Same(t, e, e.next.prev, "a broken link")
+					require.Same(t, b, e.list.Load(), "an entry that names another bucket")
+					seen[e]++
+				}
+				s.mu.Unlock()
+			}
+		}
+	})
+	return seen
+}
+
+// Only a holder of a task's addLock links it: an Add, or the reaper
+// refiling it one level down. Two timers then never link one entry at
+// once, whatever runs between the reaper taking the entry out of a coarse
+// bucket and refiling it:
+//   - an Add of it to another timer that has finished: the entry stays
+//     where that Add put it, and the first timer neither links nor runs it;
+//   - an Add of it to another timer still under way (holding addLock): the
+//     reaper leaves it to that Add.
+func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		finished bool // the other timer's Add is over before the refile
+	}{
+		{"finished", true},
+		{"under way", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const delay = 100 * time.Millisecond
+			a, clkA := newInlineTimer(t, WithWheelSize(20))
+			b, clkB := newInlineTimer(t, WithWheelSize(20))
+			tasks := []*probe{newProbe(delay), newProbe(delay), newProbe(delay)}
+			for _, p := range tasks {
+				require.NoError(t, a.Add(p))
+			}
+			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
+			moved := &tasks[1].TaskBase
+			var seen bool
+			flushedHook = func(batch []*TaskBase) {
+				if seen {
+					return
+				}
+				seen = true
+				require.Contains(t, batch, moved)
+				require.Nil(t, bucketOf(tasks[1]))
+				if tc.finished {
+					require.NoError(t, b.Add(tasks[1]))
+					require.Equal(t, 1, linked(t, b)[moved])
+				} else {
+					moved.word.Or(addLock) // as an Add holds it
+				}
+			}
+			t.Cleanup(func() { flushedHook = nil })
+			clkA.Advance(delay - 10*time.Millisecond) // a coarse bucket is taken a span early
+			a.runDue()
+			require.True(t, seen)
+
+			inA := linked(t, a)
+			assert.Zero(t, inA[moved], "the first timer linked an entry it does not own")
+			assert.Equal(t, 1, inA[&tasks[0].TaskBase])
+			assert.Equal(t, 1, inA[&tasks[2].TaskBase])
+			assert.Equal(t, 2, a.Size())
+			if !tc.finished {
+				require.Nil(t, bucketOf(tasks[1]), "left to the Add under way")
+				moved.word.And(^addLock)
+				require.NoError(t, b.Add(tasks[1]))
+			}
+			assert.Equal(t, 1, linked(t, b)[moved])
+			assert.Equal(t, 1, b.Size())
+
+			clkA.Advance(delay)
+			a.runDue()
+			assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
+			assert.Equal(t, 0, a.Size())
+			clkB.Advance(2 * delay)
+			b.runDue()
+			assert.Equal(t, int32(1), tasks[1].runs.Load())
+			assert.Equal(t, 0, b.Size())
+		})
+	}
+}

@@ -31,9 +31,13 @@ const (
 	stateCancelled uint32 = 2 // Cancel was called and no Add came after it
 	stateMask      uint32 = 3
 
-	// addLock serialises Add calls for the same task. It lives in the same
-	// word as the state so that a cancel or a firing can change the state
-	// while an Add holds it, and the Add sees that change when it lets go.
+	// addLock is the licence to link the entry into a bucket: an Add holds
+	// it for the whole of its unlink and link, and the reaper while it
+	// refiles the entry one level down. So no two goroutines link one entry
+	// at once, even when it moves between two timers, and the link itself
+	// needs no atomic swap. It lives in the same word as the state so that
+	// a cancel or a firing can change the state while it is held, and the
+	// holder sees that change when it lets go.
 	addLock uint32 = 4
 )
 
@@ -160,17 +164,33 @@ func (b *TaskBase) fire() bool {
 	}
 }
 
-// lockAdd takes addLock and marks the task pending in one step. It reports
-// whether the task was pending before (so its count is already held).
-func (b *TaskBase) lockAdd() (wasPending bool) {
+// lockAdd takes addLock and marks the task pending in one step.
+func (b *TaskBase) lockAdd() {
 	for spins := 0; ; spins++ {
 		w := b.word.Load()
 		if w&addLock == 0 && b.word.CompareAndSwap(w, w&^stateMask|statePending|addLock) {
-			return w&stateMask == statePending
+			return
 		}
-		// Another goroutine is adding the same task: a short wait.
+		// Another goroutine is adding the same task, or a reaper refiling
+		// it: a short wait.
 		if spins > 8 {
 			runtime.Gosched()
+		}
+	}
+}
+
+// tryLockAdd takes addLock without changing the state, if the task is
+// pending and nobody holds it. The reaper uses it to refile an entry it
+// took out of a bucket: false means the entry was cancelled meanwhile, or
+// that an Add of it to another timer holds the lock and will place it.
+func (b *TaskBase) tryLockAdd() bool {
+	for {
+		w := b.word.Load()
+		if w&addLock != 0 || w&stateMask != statePending {
+			return false
+		}
+		if b.word.CompareAndSwap(w, w|addLock) {
+			return true
 		}
 	}
 }
@@ -185,7 +205,9 @@ func (b *TaskBase) unlockAdd() {
 }
 
 // unlink removes the entry from whatever bucket holds it. The bucket can
-// change under us (a concurrent move), so look again until it is nil.
+// change under us (a flush, or a move by the holder of addLock), so look
+// again until it is nil. Once it is nil, only a holder of addLock can link
+// the entry again.
 func (b *TaskBase) unlink() {
 	for {
 		l := b.list.Load()

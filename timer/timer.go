@@ -178,17 +178,12 @@ func (t *SystemTimer) addAt(task Task, now int64) error {
 	if !due {
 		tick = t.tickOf(e.expire)
 	}
-	for {
-		e.unlink() // a pending task moves: take it out of its old bucket
-		if due {
-			break
-		}
-		var linked bool
-		linked, due = t.wheel.add(e, tick)
-		if linked || due || !e.isPending() {
-			break
-		}
-		// Another timer's Add linked it first; take it back and try again.
+	// A pending task moves: take it out of its old bucket. Holding addLock,
+	// nobody else links it until the wheel does. A false from the wheel's
+	// add, not due, means a Cancel won meanwhile.
+	e.unlink()
+	if !due {
+		_, due = t.wheel.add(e, tick)
 	}
 	run := due && e.fire()
 	e.unlockAdd()
@@ -385,24 +380,30 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	if !e.isPending() {
 		return // cancelled while it was between buckets
 	}
-	linked, due := t.wheel.add(e, t.tickOf(e.expire))
-	switch {
-	case due:
-		if e.fire() {
-			t.expired = append(t.expired, e)
-			if len(t.expired) >= handOffEvery && t.exec != nil {
-				// Hand a large batch over at once, so that the executor
-				// starts on it while the flush goes on.
-				t.fired.Add(uint64(len(t.expired)))
-				t.exec.submit(t.expired...)
-				clear(t.expired)
-				t.expired = t.expired[:0]
-			}
+	tick := t.tickOf(e.expire)
+	if !t.wheel.due(tick) {
+		// Refile it, holding addLock. No lock means it was cancelled
+		// meanwhile, or is being added to another timer, whose Add places
+		// it; if that Add is already over, insert finds it in a list and
+		// leaves it there. A Cancel after the link is seen by unlockAdd,
+		// which unlinks it.
+		if e.tryLockAdd() {
+			t.wheel.add(e, tick)
+			e.unlockAdd()
 		}
-	case linked && !e.isPending():
-		// Cancelled after insert checked the state but perhaps before the
-		// Cancel could see the entry linked: unlink it here.
-		e.unlink()
+		return
+	}
+	if !e.fire() {
+		return
+	}
+	t.expired = append(t.expired, e)
+	if len(t.expired) >= handOffEvery && t.exec != nil {
+		// Hand a large batch over at once, so that the executor starts on
+		// it while the flush goes on.
+		t.fired.Add(uint64(len(t.expired)))
+		t.exec.submit(t.expired...)
+		clear(t.expired)
+		t.expired = t.expired[:0]
 	}
 }
 

@@ -63,13 +63,17 @@ func newWheel(tick int64, n int, start int64, queue *delayQueue) *wheel {
 // that it never needs an overflow level.
 func (w *wheel) top() bool { return w.nextTick == math.MaxInt64 }
 
+// due reports whether an entry due at tick exp is due now: the finest
+// level has moved to or past exp's span.
+func (w *wheel) due(exp int64) bool { return exp-w.current < w.tick }
+
 // add places e, due at tick exp, in the bucket of the finest level whose span
 // holds it. It returns false when e is already due (the caller runs it) or
-// when e could not be linked (a concurrent Cancel, or a concurrent Add that
-// moved it, won).
+// when e could not be linked (see bucket.insert). The caller holds e's
+// addLock.
 func (w *wheel) add(e *TaskBase, exp int64) (linked, due bool) {
 	for {
-		if exp-w.current < w.tick {
+		if w.due(exp) {
 			return false, true
 		}
 		if w.top() || exp-w.current < w.interval {
