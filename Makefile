@@ -50,6 +50,7 @@ tidy-check:
 # fuzz: a bounded run of each fuzz target.
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(FUZZTIME) ./timer
+	$(GO) test -run '^$$' -fuzz '^FuzzDivisor$$' -fuzztime $(FUZZTIME) ./timer
 
 # bench: micro-benchmarks, then the whole-round benchmarks (one round each).
 bench: deps

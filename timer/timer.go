@@ -60,8 +60,9 @@ type waker interface{ wake() }
 type SystemTimer struct {
 	name  string
 	clock Clock
-	tick  int64 // nanoseconds per tick
-	sys   bool  // clock is SystemClock: skip the interface call on the hot path
+	tick  int64   // nanoseconds per tick
+	per   divisor // divides by tick
+	sys   bool    // clock is SystemClock: skip the interface call on the hot path
 
 	// mu is held for reading by Add (one stripe) and for writing (every
 	// stripe) while the wheels advance and while closing. Lock order: mu,
@@ -106,6 +107,7 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 		name:    name,
 		clock:   c.clock,
 		tick:    int64(c.tick),
+		per:     newDivisor(int64(c.tick)),
 		onPanic: c.onPanic,
 		logger:  c.logger,
 	}
@@ -131,15 +133,15 @@ func (t *SystemTimer) now() time.Duration {
 	return t.clock.Now()
 }
 
-func (t *SystemTimer) nowTick() int64 { return int64(t.now()) / t.tick }
+func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
 
 // tickOf returns the first tick that starts at or after deadline: a task
 // due inside a tick waits for the end of that tick, so it is never early.
 func (t *SystemTimer) tickOf(deadline int64) int64 {
 	if deadline > math.MaxInt64-t.tick {
-		return math.MaxInt64 / t.tick
+		return t.per.div(math.MaxInt64)
 	}
-	return (deadline + t.tick - 1) / t.tick
+	return t.per.div(deadline + t.tick - 1)
 }
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one

@@ -18,10 +18,12 @@ import (
 // (the SystemTimer holds its read lock for them), but none while advance runs
 // (it holds the write lock). current is therefore a plain field.
 type wheel struct {
-	tick     int64 // ticks of the lowest level per bucket of this one
-	interval int64 // how far ahead this level reaches: 2 × nextTick, saturated at MaxInt64
-	nextTick int64 // the next level's tick: n × tick, saturated at MaxInt64
-	current  int64 // start of the current bucket's span, a multiple of tick
+	tick     int64   // ticks of the lowest level per bucket of this one
+	interval int64   // how far ahead this level reaches: 2 × nextTick, saturated at MaxInt64
+	nextTick int64   // the next level's tick: n × tick, saturated at MaxInt64
+	current  int64   // start of the current bucket's span, a multiple of tick
+	perTick  divisor // divides by tick
+	perSize  divisor // divides by len(buckets)
 
 	buckets []bucket
 	queue   *delayQueue
@@ -39,6 +41,8 @@ func newWheel(tick int64, n int, start int64, queue *delayQueue) *wheel {
 		interval: math.MaxInt64,
 		nextTick: math.MaxInt64,
 		current:  start - start%tick,
+		perTick:  newDivisor(tick),
+		perSize:  newDivisor(int64(2 * n)),
 		buckets:  make([]bucket, 2*n),
 		queue:    queue,
 	}
@@ -77,8 +81,8 @@ func (w *wheel) add(e *TaskBase, exp int64) (linked, due bool) {
 			return false, true
 		}
 		if w.top() || exp-w.current < w.interval {
-			vid := exp / w.tick
-			b := &w.buckets[vid%int64(len(w.buckets))]
+			vid := w.perTick.div(exp)
+			b := &w.buckets[w.perSize.mod(vid)]
 			if !b.insert(e) {
 				return false, false
 			}
@@ -115,7 +119,7 @@ func (w *wheel) advance(tick int64) {
 		if tick-w.current < w.tick {
 			return
 		}
-		w.current = tick - tick%w.tick
+		w.current = tick - w.perTick.mod(tick)
 		tick = w.current
 	}
 }
