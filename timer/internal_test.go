@@ -667,3 +667,70 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 		})
 	}
 }
+
+// Tasks moving between two timers while both advance: each writer adds its
+// own tasks to either timer at random, with short delays on small wheels,
+// so that entries are often between buckets in one timer's refile when an
+// Add takes them to the other. Whatever interleaving the scheduler finds,
+// every list stays sound, and once everything is cancelled and both
+// clocks have run far ahead, nothing is left linked or counted.
+func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
+	a, clkA := newInlineTimer(t, WithWheelSize(4))
+	b, clkB := newInlineTimer(t, WithWheelSize(4))
+	timers := []*SystemTimer{a, b}
+	const writers, perWriter, rounds = 2, 32, 4000
+	tasks := make([]*probe, writers*perWriter)
+	for i := range tasks {
+		tasks[i] = newProbe(0)
+	}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	for _, tc := range []struct {
+		st  *SystemTimer
+		clk *MockClock
+	}{{a, clkA}, {b, clkB}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				tc.clk.Advance(time.Millisecond)
+				tc.st.runDue()
+			}
+		}()
+	}
+	var adders sync.WaitGroup
+	for w := range writers {
+		adders.Add(1)
+		go func() {
+			defer adders.Done()
+			mine := tasks[w*perWriter : (w+1)*perWriter]
+			seed := uint64(w + 1)
+			for range rounds {
+				seed = seed*6364136223846793005 + 1442695040888963407
+				p := mine[seed>>40%perWriter]
+				if seed>>20%4 == 0 {
+					p.Cancel()
+					continue
+				}
+				p.SetDelay(time.Duration(seed>>8%64) * time.Millisecond)
+				assert.NoError(t, timers[seed>>32%2].Add(p))
+			}
+		}()
+	}
+	adders.Wait()
+	stop.Store(true)
+	wg.Wait()
+
+	for _, p := range tasks {
+		p.Cancel()
+	}
+	for _, tc := range []struct {
+		st  *SystemTimer
+		clk *MockClock
+	}{{a, clkA}, {b, clkB}} {
+		tc.clk.Advance(time.Hour)
+		tc.st.runDue()
+		assert.Empty(t, linked(t, tc.st))
+		assert.Equal(t, 0, tc.st.Size())
+	}
+}

@@ -277,7 +277,7 @@ func (t *SystemTimer) step(b *bucket) bool {
 			// reinsert skips what it cancelled), then fire them.
 			t.wheel.advance(b.expiration.Load())
 			t.flushed = b.flush(t.flushed[:0])
-			t.refile()
+			t.refile(true)
 		} else {
 			t.wheel.advance(b.expiration.Load() - b.lead)
 			t.backlog = append(t.backlog, b)
@@ -294,7 +294,7 @@ func (t *SystemTimer) step(b *bucket) bool {
 			continue
 		}
 		moved += len(t.flushed)
-		t.refile()
+		t.refile(false)
 		did = true
 	}
 	expired := t.expired
@@ -318,7 +318,7 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 			if t.flushed = c.popInto(t.flushed[:0], cascadeChunk); len(t.flushed) == 0 {
 				break
 			}
-			t.refile()
+			t.refile(false)
 		}
 		t.backlog[i] = nil
 		drained = true
@@ -330,17 +330,23 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 	return drained
 }
 
-// refile puts the entries in t.flushed, just taken out of a bucket (a due
-// one, or a batch moving down), back into the wheels one level finer, or
-// fires them, then empties t.flushed for the next batch. Between taking an
-// entry out and refiling it a Cancel finds it in no bucket and wins;
-// reinsert then skips it. The caller holds the write lock.
-func (t *SystemTimer) refile() {
+// refile handles the entries in t.flushed, just taken out of a bucket:
+// with due, a due bucket of the finest level, whose entries are all due
+// and fire; otherwise a coarse bucket's batch moving down, which reinsert
+// puts back one level finer. It then empties t.flushed for the next batch.
+// Between taking an entry out and refiling it a Cancel finds it in no
+// bucket and wins; the entry is then skipped. The caller holds the write
+// lock.
+func (t *SystemTimer) refile(due bool) {
 	if flushedHook != nil {
 		flushedHook(t.flushed)
 	}
 	for _, e := range t.flushed {
-		t.reinsert(e)
+		if due {
+			t.fire(e)
+		} else {
+			t.reinsert(e)
+		}
 	}
 	clear(t.flushed)
 	if cap(t.flushed) > maxKeptFlush {
@@ -375,26 +381,33 @@ func (t *SystemTimer) takeSpare() []*TaskBase {
 	return s
 }
 
-// reinsert puts a flushed entry back into the wheels, one level finer, or
-// fires it if it is due. It is Kafka's addTimerTaskEntry for a flushed entry.
-// The caller holds mu for writing, so no Add runs; a Cancel may.
+// reinsert puts an entry taken out of a coarse bucket back into the wheels,
+// one level finer, or fires it if it is due already (a late reaper). It is
+// Kafka's addTimerTaskEntry for a flushed entry. The caller holds mu for
+// writing, so no Add to this timer runs; a Cancel may, and so may an Add
+// of the task to another timer.
+//
+// It holds the task's add-lock throughout: only its holder links an entry,
+// and an Add writes the deadline only while holding it. No lock means the
+// entry was cancelled meanwhile, or is being added to another timer, whose
+// Add places it; if that Add is already over, insert finds the entry in a
+// list and leaves it there. A Cancel after the link is seen by unlockAdd,
+// which unlinks it.
 func (t *SystemTimer) reinsert(e *TaskBase) {
-	if !e.isPending() {
-		return // cancelled while it was between buckets
-	}
-	tick := t.tickOf(e.expire)
-	if !t.wheel.due(tick) {
-		// Refile it, holding addLock. No lock means it was cancelled
-		// meanwhile, or is being added to another timer, whose Add places
-		// it; if that Add is already over, insert finds it in a list and
-		// leaves it there. A Cancel after the link is seen by unlockAdd,
-		// which unlinks it.
-		if e.tryLockAdd() {
-			t.wheel.add(e, tick)
-			e.unlockAdd()
-		}
+	if !e.tryLockAdd() {
 		return
 	}
+	if tick := t.tickOf(e.expire); t.wheel.due(tick) {
+		t.fire(e)
+	} else {
+		t.wheel.add(e, tick)
+	}
+	e.unlockAdd()
+}
+
+// fire moves a due entry to the expired batch, unless a Cancel won. The
+// caller holds mu for writing.
+func (t *SystemTimer) fire(e *TaskBase) {
 	if !e.fire() {
 		return
 	}
