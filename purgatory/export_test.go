@@ -1,5 +1,7 @@
 package purgatory
 
+import "github.com/purgatory-go/purgatory/internal/watchers"
+
 // Step exposes the points of TryCompleteElseWatch to this package's tests.
 type Step = step
 
@@ -33,3 +35,7 @@ func SetStepHook(f func(Step)) (restore func()) {
 
 // PurgeStepSize is how many watch entries a step of the purge visits.
 const PurgeStepSize = purgeStep
+
+// PurgeStepSlack is how far past PurgeStepSize a step may go: it reads
+// whole chunks of a list, at least two.
+const PurgeStepSlack = 2 * watchers.MaxChunk

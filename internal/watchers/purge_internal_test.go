@@ -251,7 +251,7 @@ func TestPurgeStepKeepsSlackBounded(t *testing.T) {
 	for _, c := range chunks {
 		slots += cap(c)
 	}
-	require.LessOrEqual(t, slots, len(hs)+2*maxChunk, "slack: %d slots for %d entries", slots, len(hs))
+	require.LessOrEqual(t, slots, len(hs)+2*MaxChunk, "slack: %d slots for %d entries", slots, len(hs))
 }
 
 func maphashOf(w *Watchers[string], key string) uint64 {
@@ -269,11 +269,11 @@ func TestPurgeStepIsBounded(t *testing.T) {
 		watchMany(t, w, "hot", n, 4, levelled)
 		total := 0
 		steps := endRound(t, w, budget, func(purged int) {
-			require.LessOrEqual(t, purged, budget+2*maxChunk, "levelled %v: one step", levelled)
+			require.LessOrEqual(t, purged, budget+2*MaxChunk, "levelled %v: one step", levelled)
 			total += purged
 		})
 		require.Equal(t, n*3/4, total, "levelled %v", levelled)
-		require.GreaterOrEqual(t, steps, n/(budget+2*maxChunk), "levelled %v", levelled)
+		require.GreaterOrEqual(t, steps, n/(budget+2*MaxChunk), "levelled %v", levelled)
 		require.Equal(t, n/4, w.Watched())
 		hs := checkLists(t, w)["hot"]
 		require.Len(t, live(hs), n/4)

@@ -113,7 +113,10 @@ type list[K comparable] struct {
 // empty reports whether l holds no entry, live or dead.
 func (l *list[K]) empty() bool { return l.n == 0 && len(l.lv) == l.lvHead }
 
-const maxChunk = 256
+// MaxChunk is the most entries one chunk of a list holds. A purge step
+// reads whole chunks, at least two, so it may visit up to two chunks more
+// than its budget.
+const MaxChunk = 256
 
 // New returns a Watchers with n shards (DefaultShards if n <= 0).
 func New[K comparable](n int) *Watchers[K] {
@@ -341,7 +344,7 @@ func (l *list[K]) push(h *lifecycle.Handle) {
 	l.n++
 }
 
-// Chunks holds Handles in slices of 4, 8, ... maxChunk, each allocated
+// Chunks holds Handles in slices of 4, 8, ... MaxChunk, each allocated
 // full size: entries are never copied as it grows.
 type Chunks [][]*lifecycle.Handle
 
@@ -351,7 +354,7 @@ func (c *Chunks) push(h *lifecycle.Handle) {
 	if last < 0 || len((*c)[last]) == cap((*c)[last]) {
 		size := 4
 		if last >= 0 {
-			size = min(2*cap((*c)[last]), maxChunk)
+			size = min(2*cap((*c)[last]), MaxChunk)
 		}
 		*c = append(*c, make([]*lifecycle.Handle, 0, size))
 		last++
