@@ -734,3 +734,54 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 		assert.Equal(t, 0, tc.st.Size())
 	}
 }
+
+// The reaper refiles an entry moving down in steps, holding its add-lock:
+// take the lock, link the entry one level finer, let go. A Cancel between
+// taking the lock and linking wins and the entry is not linked; a Cancel
+// after the link wins too, and the entry leaves the bucket at once. Either
+// way the task never runs and nothing stays counted, while its neighbours
+// run on time.
+func TestCancelBetweenTheRefileSteps(t *testing.T) {
+	for _, linkedFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
+			const delay = 100 * time.Millisecond
+			st, clk := newInlineTimer(t, WithWheelSize(20))
+			tasks := []*probe{newProbe(delay), newProbe(delay), newProbe(delay)}
+			for _, p := range tasks {
+				p.clk = clk
+				require.NoError(t, st.Add(p))
+			}
+			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
+			target := &tasks[1].TaskBase
+			var cancelled, seen bool
+			refileHook = func(e *TaskBase, linked bool) {
+				if e != target || linked != linkedFirst {
+					return
+				}
+				seen = true
+				require.NotZero(t, e.word.Load()&addLock, "the reaper holds the add-lock")
+				if linked {
+					require.NotNil(t, bucketOf(tasks[1]))
+				} else {
+					require.Nil(t, bucketOf(tasks[1]))
+				}
+				cancelled = tasks[1].Cancel()
+				assert.Nil(t, bucketOf(tasks[1]), "a cancelled entry is in no bucket")
+			}
+			t.Cleanup(func() { refileHook = nil })
+			clk.Advance(delay - 10*time.Millisecond) // the coarse bucket moves down
+			st.runDue()
+			require.True(t, seen)
+			assert.True(t, cancelled, "the Cancel prevented a pending run")
+			assert.Zero(t, target.word.Load()&addLock, "the add-lock is let go")
+			assert.Zero(t, linked(t, st)[target])
+			assert.Equal(t, 2, st.Size())
+
+			clk.Advance(10 * time.Millisecond)
+			st.runDue()
+			assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
+			assert.Equal(t, delay, tasks[0].at)
+			assert.Equal(t, 0, st.Size())
+		})
+	}
+}

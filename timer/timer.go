@@ -40,6 +40,12 @@ type Timer interface {
 // put back: a step that a Cancel can act between. Tests set it.
 var flushedHook func([]*TaskBase)
 
+// refileHook, if set, is called by reinsert with the entry it refiles,
+// holding its add-lock: before it is linked (linked false), and after it
+// was put in a bucket (true), before the lock is released. For tests of
+// what a Cancel between those steps does.
+var refileHook func(e *TaskBase, linked bool)
+
 // waker is implemented by this package's timers so that a Reaper can cut
 // short an AdvanceClock in progress.
 type waker interface{ wake() }
@@ -397,10 +403,16 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	if !e.tryLockAdd() {
 		return
 	}
+	if refileHook != nil {
+		refileHook(e, false)
+	}
 	if tick := t.tickOf(e.expire); t.wheel.due(tick) {
 		t.fire(e)
 	} else {
 		t.wheel.add(e, tick)
+		if refileHook != nil {
+			refileHook(e, true)
+		}
 	}
 	e.unlockAdd()
 }
