@@ -58,8 +58,9 @@ type TaskBase struct {
 	flags atomic.Uint32
 
 	// list is the bucket the entry is linked into, or nil. It is written only
-	// by a goroutine that holds that bucket's mu (to link or unlink it), and is
-	// read without a lock to find which bucket to lock.
+	// by a goroutine that holds that bucket's mu (to link or unlink it), set
+	// only by one that also holds addLock, and read without a lock to find
+	// which bucket to lock (see listRef).
 	list listRef
 
 	// next and prev link the entry into list. They are guarded by list.mu.

@@ -41,8 +41,9 @@ type Timer interface {
 var flushedHook func([]*TaskBase)
 
 // refileHook, if set, is called by reinsert with the entry it refiles,
-// holding its add-lock: before it is linked (linked false), and after it
-// was put in a bucket (true), before the lock is released. For tests of
+// holding its add-lock: before it is linked (linked false), and after the
+// wheel's add linked it, or found it cancelled (true), before the lock is
+// released. For tests of
 // what a Cancel between those steps does.
 var refileHook func(e *TaskBase, linked bool)
 
@@ -181,18 +182,10 @@ func (t *SystemTimer) addAt(task Task, now int64) error {
 	if e.flags.Load()&tasklink.OwnDeadline == 0 {
 		e.expire = tasklink.Deadline(int64(e.delay), now)
 	}
-	due := e.delay <= 0
-	var tick int64
-	if !due {
-		tick = t.tickOf(e.expire)
-	}
 	// A pending task moves: take it out of its old bucket. Holding addLock,
-	// nobody else links it until the wheel does. A false from the wheel's
-	// add, not due, means a Cancel won meanwhile.
+	// nobody else links it until the wheel does.
 	e.unlink()
-	if !due {
-		_, due = t.wheel.add(e, tick)
-	}
+	due := e.delay <= 0 || t.wheel.add(e, t.tickOf(e.expire))
 	run := due && e.fire()
 	e.unlockAdd()
 	mu.RUnlock()
@@ -406,13 +399,10 @@ func (t *SystemTimer) reinsert(e *TaskBase) {
 	if refileHook != nil {
 		refileHook(e, false)
 	}
-	if tick := t.tickOf(e.expire); t.wheel.due(tick) {
+	if t.wheel.add(e, t.tickOf(e.expire)) {
 		t.fire(e)
-	} else {
-		t.wheel.add(e, tick)
-		if refileHook != nil {
-			refileHook(e, true)
-		}
+	} else if refileHook != nil {
+		refileHook(e, true)
 	}
 	e.unlockAdd()
 }

@@ -67,24 +67,20 @@ func newWheel(tick int64, n int, start int64, queue *delayQueue) *wheel {
 // that it never needs an overflow level.
 func (w *wheel) top() bool { return w.nextTick == math.MaxInt64 }
 
-// due reports whether an entry due at tick exp is due now: the finest
-// level has moved to or past exp's span.
-func (w *wheel) due(exp int64) bool { return exp-w.current < w.tick }
-
-// add places e, due at tick exp, in the bucket of the finest level whose span
-// holds it. It returns false when e is already due (the caller runs it) or
-// when e could not be linked (see bucket.insert). The caller holds e's
-// addLock.
-func (w *wheel) add(e *TaskBase, exp int64) (linked, due bool) {
+// add places e, due at tick exp, in the bucket of the finest level whose
+// span holds it, unless a concurrent Cancel won (see bucket.insert). It
+// reports whether e is already due instead: it is not linked, and the
+// caller fires it. The caller holds e's addLock.
+func (w *wheel) add(e *TaskBase, exp int64) (due bool) {
 	for {
-		if w.due(exp) {
-			return false, true
+		if exp-w.current < w.tick {
+			return true
 		}
 		if w.top() || exp-w.current < w.interval {
 			vid := w.perTick.div(exp)
 			b := &w.buckets[w.perSize.mod(vid)]
 			if !b.insert(e) {
-				return false, false
+				return false
 			}
 			// A changed expiration means the bucket was flushed and is being
 			// reused for a later span: queue it again. Within one span every
@@ -92,7 +88,7 @@ func (w *wheel) add(e *TaskBase, exp int64) (linked, due bool) {
 			if b.setExpiration(vid * w.tick) {
 				w.queue.offer(b)
 			}
-			return true, false
+			return false
 		}
 		w = w.overflowWheel()
 	}
