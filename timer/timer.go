@@ -43,8 +43,7 @@ var flushedHook func([]*TaskBase)
 // refileHook, if set, is called by reinsert with the entry it refiles,
 // holding its add-lock: before it is linked (linked false), and after the
 // wheel's add linked it, or found it cancelled (true), before the lock is
-// released. For tests of
-// what a Cancel between those steps does.
+// released. Tests set it, to run a Cancel between those steps.
 var refileHook func(e *TaskBase, linked bool)
 
 // waker is implemented by this package's timers so that a Reaper can cut
@@ -273,7 +272,7 @@ func (t *SystemTimer) step(b *bucket) bool {
 		} else if b.lead == 0 {
 			// Every entry is due: take them all out under one lock a
 			// stripe (a Cancel meanwhile finds them in no bucket, and
-			// reinsert skips what it cancelled), then fire them.
+			// the firing skips what it cancelled), then fire them.
 			t.wheel.advance(b.expiration.Load())
 			t.flushed = b.flush(t.flushed[:0])
 			t.refile(true)
