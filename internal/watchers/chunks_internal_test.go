@@ -15,15 +15,21 @@ func TestChunksFillTheirSizeClass(t *testing.T) {
 	const n = 1000
 	keep := make([][]*lifecycle.Handle, n)
 	for _, c := range chunkCaps {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for i := range keep {
-			keep[i] = newChunk(c)
+		// The least of three tries, so that whatever else the process
+		// allocates meanwhile does not count against the chunks.
+		per := 0.0
+		for try := range 3 {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for i := range keep {
+				keep[i] = newChunk(c)
+			}
+			runtime.ReadMemStats(&after)
+			if p := float64(after.TotalAlloc-before.TotalAlloc) / n; try == 0 || p < per {
+				per = p
+			}
 		}
-		runtime.ReadMemStats(&after)
-		// The next class up is at least 64 bytes larger; 16 bytes a chunk
-		// allow for whatever else the process allocates meanwhile.
-		per := float64(after.TotalAlloc-before.TotalAlloc) / n
+		// The next size class up is at least 64 bytes larger.
 		require.LessOrEqual(t, per, float64(8*c+8+16), "bytes allocated for a chunk of %d entries", c)
 		require.Equal(t, c, cap(keep[0]))
 	}
