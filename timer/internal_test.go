@@ -34,6 +34,19 @@ func newProbe(d time.Duration) *probe {
 	return p
 }
 
+// addProbes adds n tasks of delay d to st, each recording on clk (if not
+// nil) when it ran.
+func addProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration) []*probe {
+	t.Helper()
+	ps := make([]*probe, n)
+	for i := range ps {
+		ps[i] = newProbe(d)
+		ps[i].clk = clk
+		require.NoError(t, st.Add(ps[i]))
+	}
+	return ps
+}
+
 // newInlineTimer returns a timer on a mock clock that runs expired tasks on
 // the goroutine that advances it, so tests can check exactly what ran.
 func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *MockClock) {
@@ -539,11 +552,7 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, clk := newInlineTimer(t, WithWheelSize(20))
-			tasks := []*probe{newProbe(tc.delay), newProbe(tc.delay), newProbe(tc.delay)}
-			for _, p := range tasks {
-				p.clk = clk
-				require.NoError(t, st.Add(p))
-			}
+			tasks := addProbes(t, st, clk, 3, tc.delay)
 			require.Equal(t, tc.coarse, bucketOf(tasks[1]).lead > 0)
 			var cancelled, seen bool
 			flushedHook = func(batch []*TaskBase) {
@@ -617,10 +626,7 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 			const delay = 100 * time.Millisecond
 			a, clkA := newInlineTimer(t, WithWheelSize(20))
 			b, clkB := newInlineTimer(t, WithWheelSize(20))
-			tasks := []*probe{newProbe(delay), newProbe(delay), newProbe(delay)}
-			for _, p := range tasks {
-				require.NoError(t, a.Add(p))
-			}
+			tasks := addProbes(t, a, nil, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
 			moved := &tasks[1].TaskBase
 			var seen bool
@@ -678,6 +684,10 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 	a, clkA := newInlineTimer(t, WithWheelSize(4))
 	b, clkB := newInlineTimer(t, WithWheelSize(4))
 	timers := []*SystemTimer{a, b}
+	clocked := []struct {
+		st  *SystemTimer
+		clk *MockClock
+	}{{a, clkA}, {b, clkB}}
 	const writers, perWriter, rounds = 2, 32, 4000
 	tasks := make([]*probe, writers*perWriter)
 	for i := range tasks {
@@ -685,10 +695,7 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var stop atomic.Bool
-	for _, tc := range []struct {
-		st  *SystemTimer
-		clk *MockClock
-	}{{a, clkA}, {b, clkB}} {
+	for _, tc := range clocked {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -724,10 +731,7 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 	for _, p := range tasks {
 		p.Cancel()
 	}
-	for _, tc := range []struct {
-		st  *SystemTimer
-		clk *MockClock
-	}{{a, clkA}, {b, clkB}} {
+	for _, tc := range clocked {
 		tc.clk.Advance(time.Hour)
 		tc.st.runDue()
 		assert.Empty(t, linked(t, tc.st))
@@ -746,11 +750,7 @@ func TestCancelBetweenTheRefileSteps(t *testing.T) {
 		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
 			const delay = 100 * time.Millisecond
 			st, clk := newInlineTimer(t, WithWheelSize(20))
-			tasks := []*probe{newProbe(delay), newProbe(delay), newProbe(delay)}
-			for _, p := range tasks {
-				p.clk = clk
-				require.NoError(t, st.Add(p))
-			}
+			tasks := addProbes(t, st, clk, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
 			target := &tasks[1].TaskBase
 			var cancelled, seen bool
