@@ -27,11 +27,11 @@ vet: deps
 # test: vet, then every test under the race detector. Each package's TestMain
 # runs goleak, so a leaked goroutine fails the run. The race detector slows
 # the largest lifecycle tests tenfold, so they run scaled down under it and
-# then once more at full size (a million operations) without it.
+# then once more at full size (a million operations, -full) without it.
 STORMS := TestLifecycleStorm|TestKeyChurnReleasesKeys|TestParkRacingForceComplete
 test: vet
 	@$(call each,$(GO) test -race -count=1 -timeout 15m $(PKGS))
-	$(GO) test -count=1 -timeout 10m -run '^($(STORMS))$$' ./purgatory
+	$(GO) test -count=1 -timeout 10m -run '^($(STORMS))$$' ./purgatory -args -full
 
 # lint: formatting, vet, go.mod drift, and staticcheck (fetched through the
 # module proxy with go run, so nothing is installed by hand).

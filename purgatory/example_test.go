@@ -183,14 +183,15 @@ func Example_testingWithMockTimer() {
 	// at 250ms expired: true
 }
 
-// Expvar publishes the purgatory's Stats at /debug/vars, with the time in
-// purgatory as summaries in nanoseconds.
-func ExamplePurgatory_Expvar() {
+// Stats published with expvar at /debug/vars, the time in purgatory as
+// summaries. The library itself imports neither expvar nor net/http:
+// publishing is one line of the program's own.
+func ExamplePurgatory_Stats_expvar() {
 	mt := timer.NewMockTimer()
 	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
 		purgatory.WithTimeInPurgatory())
 	defer p.Shutdown(context.Background())
-	expvar.Publish("example.purgatory.fetch", p.Expvar())
+	expvar.Publish("example.purgatory.fetch", expvar.Func(func() any { return p.Stats() }))
 
 	_, _ = p.TryCompleteElseWatch(newDelayedFetch("fetch", &partitionLog{}, 0, 100, time.Second), "orders-0")
 	mt.Advance(time.Second)

@@ -1,6 +1,10 @@
 package purgatory
 
-import "github.com/purgatory-go/purgatory/internal/watchers"
+import (
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/watchers"
+	"github.com/purgatory-go/purgatory/operation"
+)
 
 // Step exposes the points of TryCompleteElseWatch to this package's tests.
 type Step = step
@@ -26,11 +30,29 @@ func (s Step) String() string {
 	return [...]string{"parked", "tried", "between-keys", "watched", "unlocked", "timed"}[s]
 }
 
-// SetStepHook installs f at every step and returns a function that removes
-// it. Tests that use it must not run in parallel.
-func SetStepHook(f func(Step)) (restore func()) {
-	stepHook = f
-	return func() { stepHook = nil }
+// SetStepHook installs f at every step of p, and returns a function that
+// removes it. Only the goroutine that parks reads it: install and remove
+// it while no other goroutine parks in p.
+func SetStepHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(Step)) (restore func()) {
+	p.installHooks()
+	p.hooks.step = f
+	p.watchers.BetweenKeys = func() { p.at(stepBetweenKeys) }
+	return func() {
+		p.hooks.step = nil
+		p.watchers.BetweenKeys = nil
+	}
+}
+
+// SetContendedHook installs f to run when a goroutine is about to wait for
+// the own lock of an operation parked in p. Call it before p is shared.
+func SetContendedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(*lifecycle.Op)) {
+	p.tracker.Hooks = &lifecycle.Hooks{Contended: f}
+}
+
+func (p *Purgatory[K, T]) installHooks() {
+	if p.hooks == nil {
+		p.hooks = &hooks{}
+	}
 }
 
 // PurgeStepSize is how many watch entries a step of the purge visits.

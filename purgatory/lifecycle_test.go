@@ -24,9 +24,9 @@ import (
 // operations one after another; another force-completes whichever is being
 // parked. Every OnComplete runs once, and the counts add up exactly.
 func TestParkRacingForceComplete(t *testing.T) {
-	n := 200_000
-	if raceEnabled {
-		n = 50_000
+	n := 50_000
+	if *full {
+		n = 200_000
 	}
 	p, err := purgatory.New[string, *mockOp]("race", purgatory.WithoutTimer(), purgatory.WithoutReaper())
 	require.NoError(t, err)
@@ -259,9 +259,9 @@ func TestCancelledOperationIsReleased(t *testing.T) {
 // request id), each completed by a check of its key. Afterwards no key is
 // left and the heap is back where it started, with no purge.
 func TestKeyChurnReleasesKeys(t *testing.T) {
-	n := 500_000
-	if raceEnabled {
-		n = 100_000
+	n := 100_000
+	if *full {
+		n = 500_000
 	}
 	p, err := purgatory.New[operation.MemberKey, *mockOp]("churn", purgatory.WithoutTimer(), purgatory.WithoutReaper())
 	require.NoError(t, err)
@@ -300,9 +300,9 @@ func churn(t *testing.T, p *purgatory.Purgatory[operation.MemberKey, *mockOp], f
 // Every operation ends exactly once, every counter returns to zero, the
 // timer is empty, and the heap returns to its baseline.
 func TestLifecycleStorm(t *testing.T) {
-	n := 1_000_000
-	if raceEnabled || testing.Short() {
-		n = 40_000 // make test runs the full storm once more without -race
+	n := 40_000
+	if *full {
+		n = 1_000_000
 	}
 	const keys = 2000
 	p, err := purgatory.New[int, *mockOp]("storm", purgatory.WithPurgeInterval(100), purgatory.WithTimeInPurgatory())

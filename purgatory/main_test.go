@@ -1,25 +1,15 @@
 package purgatory_test
 
 import (
-	"sync/atomic"
+	"flag"
 	"testing"
 
 	"go.uber.org/goleak"
-
-	"github.com/purgatory-go/purgatory/internal/lifecycle"
 )
 
-// contended is called when a goroutine is about to wait for an
-// operation's own lock; the seam tests use it to know that a competitor has
-// reached the lock. Installed before any test runs, so that setting the
-// hook races with nothing.
-var contended atomic.Pointer[func(*lifecycle.Op)]
+// full runs the largest tests at full size. They run scaled down by
+// default, since the race detector slows them tenfold; make test runs them
+// once more at full size without it (go test ... -args -full).
+var full = flag.Bool("full", false, "run the largest tests at full size")
 
-func TestMain(m *testing.M) {
-	lifecycle.OnContended = func(o *lifecycle.Op) {
-		if f := contended.Load(); f != nil {
-			(*f)(o)
-		}
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

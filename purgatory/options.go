@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/purgatory-go/purgatory/internal/tasklink"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -69,7 +68,7 @@ func (c *config) validate() error {
 	if c.timerSet && c.noTimer {
 		return errors.Join(ErrInvalidOption, errors.New("WithTimer and WithoutTimer together"))
 	}
-	if c.timerSet && tasklink.IsNil(c.timer) {
+	if c.timerSet && isNil(c.timer) {
 		return errors.Join(ErrInvalidOption, errors.New("WithTimer given a nil timer"))
 	}
 	if c.maxPending < 0 {

@@ -3,7 +3,6 @@ package purgatory
 import (
 	"context"
 	"errors"
-	"expvar"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
-	"github.com/purgatory-go/purgatory/internal/tasklink"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
@@ -29,16 +27,12 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
-	// now reads the clock parks are timed by: the timer's when it is one
-	// of package timer's, so that one reading per park serves for the
-	// start of the time in purgatory and the deadline (addAt). stamp reads
-	// the same clock, perhaps more cheaply, for the end of that time.
-	now, stamp func() int64
-	addAt      func(task any, now int64) error // nil: use timer.Add
-	// deferred holds back long timeouts for a while (deferral.go); nil
-	// unless the purgatory made its own timer on the system clock and
-	// runs its reaper.
-	deferred *deferral
+	// now reads the clock the time in purgatory is measured on (see
+	// WithTimeInPurgatory); read only with that option.
+	now func() int64
+	// hooks are the points of TryCompleteElseWatch and CancelForKey
+	// where a test runs a competitor; nil outside this package's tests.
+	hooks *hooks
 	// leveled is levelsNever, levelsAlways or levelsAsk: whether T's
 	// operations implement Leveled[K].
 	leveled int
@@ -88,11 +82,12 @@ type Stats struct {
 }
 
 // New returns a purgatory named name. Unless told otherwise it creates a
-// SystemTimer (1ms tick, 20 buckets a level) and a reaper goroutine that
-// advances it, waiting 200ms at most each time, completes expired
-// operations, and purges completed ones from the watch lists. Expired
-// operations' OnComplete and OnExpiration run on the reaper goroutine, one
-// at a time, so keep them short. Shut it down with Shutdown.
+// timer.SystemTimer (1ms tick, 256 buckets a level: see WithTimerOptions)
+// and a reaper goroutine that advances it, waiting 200ms at most each
+// time, completes expired operations, and purges completed ones from the
+// watch lists. Expired operations' OnComplete and OnExpiration run on the
+// reaper goroutine, one at a time, so keep them short. Shut it down with
+// Shutdown.
 func New[K comparable, T operation.DelayedOperation](name string, opts ...Option) (*Purgatory[K, T], error) {
 	c := defaultConfig()
 	for _, o := range opts {
@@ -152,22 +147,10 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
-	if p.timer != nil {
-		var system bool
-		p.now, p.stamp, p.addAt, system = tasklink.Clock(p.timer)
-		if system && !c.timerSet && !c.noReaper {
-			p.deferred = &deferral{take: p.watchers.TakeHeld, add: func(o *lifecycle.Op, now int64) error {
-				return p.addAt(lifecycle.Task(o), now)
-			}}
-		}
-	}
-	if p.now == nil {
-		p.now, p.stamp = tasklink.System()
-	}
 	if c.times {
-		p.tracker.Now = p.stamp
+		p.now = clockOf(p.timer)
+		p.tracker.Now = p.now
 	}
-	p.tracker.OwnDeadline = p.addAt != nil || p.timer == nil
 	if c.noReaper {
 		close(p.reaped)
 	} else {
@@ -204,7 +187,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) == 0 {
 		return false, ErrNoKeys
 	}
-	if tasklink.IsNil(op) {
+	if isNil(op) {
 		return false, ErrNilOperation
 	}
 	o := lifecycle.Of(op)
@@ -228,7 +211,10 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return false, ErrFull
 	}
 
-	now := p.now()
+	var now int64
+	if p.now != nil {
+		now = p.now()
+	}
 	l := lifecycle.LockForPark(o)
 	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys))
 	if !ok {
@@ -249,18 +235,10 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepTried)
 	missed := false
-	// A long timeout waits a while before it enters the timer: most such
-	// operations complete first and never do (deferral.go). Watch queues
-	// the Handle for the reaper.
-	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
 	// Park counted the entries. A ForceComplete since (it takes no lock)
 	// has uncounted them, and they would be tombstones: push none.
 	if !lifecycle.IsCompleted(o) {
-		var between func()
-		if stepHook != nil {
-			between = func() { p.at(stepBetweenKeys) }
-		}
-		missed = p.watchers.Watch(h, keys, levels, between, &marks, hold)
+		missed = p.watchers.Watch(h, keys, levels, &marks)
 	}
 	p.at(stepWatched)
 	done := lifecycle.LastTryLocked(o, missed)
@@ -269,15 +247,8 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return true, nil
 	}
 	p.at(stepUnlocked)
-	// A held timeout is already queued (Watch); the rest go to the timer.
-	if p.timer != nil && !hold && !lifecycle.IsCompleted(o) {
-		var err error
-		if p.addAt != nil {
-			err = p.addAt(lifecycle.Task(o), now)
-		} else {
-			err = p.timer.Add(lifecycle.Task(o))
-		}
-		if !settleAdd(o, err) {
+	if p.timer != nil && !lifecycle.IsCompleted(o) {
+		if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
 			return false, nil
 		}
 	}
@@ -295,14 +266,17 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 const ownWheelSize = 256
 
 // settleAdd finishes adding o's timeout to the timer, given what the Add
-// returned, and reports whether the timeout is in place. If the timer is
-// closed (Shutdown is under way), o is expired now rather than left
-// without a timeout. If a completion ran before the Add, its cancel found
-// nothing to take out, and the entry is taken out here (as Kafka re-checks
-// after adding).
-func settleAdd(o *lifecycle.Op, err error) bool {
+// returned, and reports whether the timeout is in place. If the timer
+// refused it (it is closed: Shutdown is under way), o is expired now
+// rather than left without a timeout, unless WithLeavePendingOnShutdown
+// asks for pending operations to be left as they are. If a completion ran
+// before the Add, its cancel found nothing to take out, and the entry is
+// taken out here (as Kafka re-checks after adding).
+func (p *Purgatory[K, T]) settleAdd(o *lifecycle.Op, err error) bool {
 	if err != nil {
-		lifecycle.Expire(o, lifecycle.Shutdown)
+		if !p.leavePending {
+			lifecycle.Expire(o, lifecycle.Shutdown)
+		}
 		return false
 	}
 	lifecycle.CancelTimerIfDone(o)
@@ -404,15 +378,6 @@ func (p *Purgatory[K, T]) Stats() Stats {
 	}
 }
 
-// Expvar returns the purgatory's Stats as an expvar.Var, read at each
-// request of /debug/vars (the time histograms as summaries; see
-// Histogram.MarshalJSON):
-//
-//	expvar.Publish("purgatory.produce", produce.Expvar())
-func (p *Purgatory[K, T]) Expvar() expvar.Var {
-	return expvar.Func(func() any { return p.Stats() })
-}
-
 // AdvanceClock advances the timer, waiting up to timeout for a due bucket,
 // and purges completed operations from the watch lists once Kafka's
 // estimate says enough have piled up: one step of the purge, of about
@@ -462,6 +427,10 @@ const purgeStep = 1 << 14
 // is under way, so that the round goes on when nothing expires.
 const purgePoll = time.Millisecond
 
+// reaperPoll is how long the reaper waits for the timer otherwise (Kafka's
+// 200 ms).
+const reaperPoll = 200 * time.Millisecond
+
 // purgeDue reports whether a purge round should start, and if so notes
 // the completions it covers. The caller holds purgeMu.
 func (p *Purgatory[K, T]) purgeDue() bool {
@@ -492,14 +461,9 @@ func (p *Purgatory[K, T]) reap() {
 			return
 		default:
 		}
-		poll := timer.ReaperPoll
+		poll := reaperPoll
 		if p.purging.Load() {
 			poll = purgePoll
-		}
-		if p.deferred != nil {
-			if wait := p.deferred.step(p.now()); wait > 0 {
-				poll = min(poll, wait)
-			}
 		}
 		if p.timer != nil {
 			p.timer.AdvanceClock(poll)
@@ -534,9 +498,6 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 				_ = p.timer.Close()
 			}
 			<-p.reaped
-			if p.deferred != nil {
-				p.deferred.clear()
-			}
 			close(p.stopped)
 		}()
 	})
@@ -582,4 +543,27 @@ func (p *Purgatory[K, T]) levels(op T, keys []K) []int64 {
 		levels[i] = lo.WatchLevel(k)
 	}
 	return levels
+}
+
+// clockOf returns the clock the time in purgatory is measured on: t's own
+// (a timer.SystemTimer's or a timer.MockTimer's, or any Timer with a Now
+// method), so that a MockTimer test sees times in its own clock; for any
+// other timer, or none, the monotonic time since New. Either way it is the
+// runtime's time, which a testing/synctest bubble fakes.
+func clockOf(t timer.Timer) func() int64 {
+	if c, ok := t.(interface{ Now() time.Duration }); ok {
+		return func() int64 { return int64(c.Now()) }
+	}
+	start := time.Now()
+	return func() int64 { return int64(time.Since(start)) }
+}
+
+// isNil reports whether v is nil or a nil pointer: a typed nil in an
+// interface passes a v == nil check and panics on its first method call.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }

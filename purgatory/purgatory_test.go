@@ -281,7 +281,7 @@ func TestTryCompleteElseWatchTriesAgainOnlyAfterACheck(t *testing.T) {
 		{purgatory.StepWatched, "b"},
 	} {
 		op := newOp(time.Second)
-		restore := purgatory.SetStepHook(func(s purgatory.Step) {
+		restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
 			if s == c.at {
 				op.Ready.Store(true)
 				assert.Equal(t, 0, p.CheckAndComplete(c.key))
@@ -299,7 +299,7 @@ func TestTryCompleteElseWatchTriesAgainOnlyAfterACheck(t *testing.T) {
 	// A check between the marking of the keys and the first try counts
 	// after the mark, but the first try already sees its change.
 	op = newOp(time.Second)
-	restore := purgatory.SetStepHook(func(s purgatory.Step) {
+	restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
 		if s == purgatory.StepParked {
 			op.Ready.Store(true)
 			assert.Equal(t, 0, p.CheckAndComplete("b"))
@@ -314,7 +314,7 @@ func TestTryCompleteElseWatchTriesAgainOnlyAfterACheck(t *testing.T) {
 	// A change made with no check after it is not a wake-up: the
 	// operation waits for the check, as one already watched would.
 	op = newOp(time.Second)
-	restore = purgatory.SetStepHook(func(s purgatory.Step) {
+	restore = purgatory.SetStepHook(p, func(s purgatory.Step) {
 		if s == purgatory.StepTried {
 			op.Ready.Store(true)
 		}

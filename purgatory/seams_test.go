@@ -163,8 +163,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 			reached <- struct{}{}
 		}
 	}
-	contended.Store(&hook)
-	defer contended.Store(nil)
+	purgatory.SetContendedHook(p, hook)
 
 	acted := false
 	finished := make(chan struct{}) // closed when the competitor's goroutine returns
@@ -194,7 +193,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 			t.Error("the competitor neither finished nor reached the lock")
 		}
 	}
-	restore := purgatory.SetStepHook(stepHook)
+	restore := purgatory.SetStepHook(p, stepHook)
 	wrap.hook = stepHook
 	done, err := p.TryCompleteElseWatch(s.op, seamKeys...)
 	restore()
@@ -321,7 +320,7 @@ func TestCancelForKeySeam(t *testing.T) {
 			defer cancel()
 			op := newOp(time.Minute, operation.WithContext(ctx))
 			mustPark(t, p, op, "a", "b")
-			defer purgatory.SetStepHook(func(s purgatory.Step) {
+			defer purgatory.SetStepHook(p, func(s purgatory.Step) {
 				if s == purgatory.StepCancelRemoved {
 					c.act(p, op, cancel)
 				}

@@ -1,8 +1,9 @@
 package purgatory
 
 // step names a point between two steps of TryCompleteElseWatch where
-// another goroutine may act. Tests install a hook at these points
-// (export_test.go) to run a competitor exactly there.
+// another goroutine may act. This package's tests install hooks at these
+// points, on the purgatory they test (export_test.go), to run a competitor
+// exactly there.
 type step int
 
 // The steps, in order. The first three run with the operation's lock held.
@@ -19,11 +20,13 @@ const (
 	stepCancelRemoved step = 100
 )
 
-// stepHook is nil outside tests.
-var stepHook func(step)
+// hooks are a purgatory's test hooks; nil outside tests.
+type hooks struct {
+	step func(step)
+}
 
 func (p *Purgatory[K, T]) at(s step) {
-	if stepHook != nil {
-		stepHook(s)
+	if h := p.hooks; h != nil && h.step != nil {
+		h.step(s)
 	}
 }

@@ -139,7 +139,7 @@ func TestNoLostWakeUpStorm(t *testing.T) {
 		sink.Add(s)
 	}
 	rp := rand.New(rand.NewPCG(1, 11))
-	defer purgatory.SetStepHook(func(s purgatory.Step) {
+	defer purgatory.SetStepHook(p, func(s purgatory.Step) {
 		if s == purgatory.StepTried {
 			tried.Add(1)
 			spin(rp)

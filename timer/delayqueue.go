@@ -3,9 +3,7 @@ package timer
 import (
 	"container/heap"
 	"math"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -21,7 +19,7 @@ type delayQueue struct {
 	mu    sync.Mutex
 	items bucketHeap // guarded by mu
 
-	clock    Clock
+	now      func() time.Duration // the timer's clock
 	tickNano int64
 
 	// wake carries a token when a bucket becomes the new head, so that a
@@ -31,62 +29,22 @@ type delayQueue struct {
 	interrupt chan struct{}
 
 	// timer is the one reusable clock timer poll waits on; no timer or
-	// goroutine is ever created per task or per bucket.
+	// goroutine is ever created per task or per bucket. On the system
+	// clock it is a time.Timer, so a poll sleeps on the runtime's timers,
+	// and inside a testing/synctest bubble on the bubble's fake time.
 	timer ClockTimer
-
-	// precise is set for the system clock: the last preciseWait before a due
-	// bucket is slept with preciseSleep rather than the timer.
-	precise bool
-
-	// nudges is set for the system clock: Adds nudge a late poll (see
-	// nudge). Tests set it on other clocks.
-	nudges bool
-
-	// lateAt is the clock time after which the goroutine advancing the
-	// clock counts as late: while it works (from the start of an
-	// AdvanceClock, and each time its poll wakes), nudgeAfter from then;
-	// while its poll sleeps, nudgeAfter after the head bucket is due,
-	// whether the poll sleeps until then or until its own deadline;
-	// math.MaxInt64 while it waits with nothing queued, and between
-	// AdvanceClocks. An offer of a new head while a poll runs lowers it.
-	// Every Add reads it; the advancing goroutine, a nudge and such an
-	// offer write it, so it has a cache line of its own.
-	_      [64]byte
-	lateAt atomic.Int64
-	_      [56]byte
-
-	// polling is set while a poll runs, for offer.
-	polling atomic.Bool
 }
 
-// nudgeAfter is how late the goroutine advancing the clock may be before an
-// Add nudges it. A poll on time wakes within about a millisecond of its
-// bucket (the runtime's timers sleep in whole milliseconds), so two
-// milliseconds late means that it has not been run: every processor is
-// held by goroutines that do not pass through the scheduler, such as a busy
-// request loop and the collector's mark worker, and the runtime runs the
-// poll's timer only when one of them is preempted, 10 ms or more later.
-const nudgeAfter = 2 * time.Millisecond
-
-// preciseWait is the longest wait for a due bucket that is slept with
-// preciseSleep. A bucket offered meanwhile waits at most this long.
-const preciseWait = 2 * time.Millisecond
-
-func newDelayQueue(clock Clock, tick time.Duration) *delayQueue {
+func newDelayQueue(now func() time.Duration, clock Clock, tick time.Duration) *delayQueue {
 	t := clock.NewTimer(time.Hour)
 	t.Stop()
-	_, sys := clock.(SystemClock)
-	q := &delayQueue{
-		clock:     clock,
+	return &delayQueue{
+		now:       now,
 		tickNano:  int64(tick),
 		wake:      make(chan struct{}, 1),
 		interrupt: make(chan struct{}, 1),
 		timer:     t,
-		precise:   sys,
-		nudges:    sys,
 	}
-	q.lateAt.Store(math.MaxInt64)
-	return q
 }
 
 // offer queues b by its current expiration, or moves it if it is queued.
@@ -99,17 +57,8 @@ func (q *delayQueue) offer(b *bucket) {
 		heap.Push(&q.items, b)
 	}
 	head := q.items[0] == b
-	due := q.dueAt(b.due)
 	q.mu.Unlock()
 	if head {
-		if q.nudges && q.polling.Load() {
-			// The poll sleeps for a later bucket, or for none: it is
-			// late if it has not woken for this one nudgeAfter after
-			// this one is due.
-			at := int64(addSat(due, nudgeAfter))
-			for old := q.lateAt.Load(); at < old && !q.lateAt.CompareAndSwap(old, at); old = q.lateAt.Load() {
-			}
-		}
 		select {
 		case q.wake <- struct{}{}:
 		default:
@@ -138,46 +87,23 @@ func (q *delayQueue) pollDue(now time.Duration) *bucket {
 // poll waits up to timeout for a bucket to be due and returns it, or returns
 // nil when the timeout passes or the queue is interrupted.
 func (q *delayQueue) poll(timeout time.Duration) *bucket {
-	deadline := addSat(q.clock.Now(), max(timeout, 0))
-	q.polling.Store(true)
-	defer q.polling.Store(false)
+	deadline := addSat(q.now(), max(timeout, 0))
 	for {
-		now := q.clock.Now()
-		q.working(now)
+		now := q.now()
 		q.mu.Lock()
 		wait := deadline - now
-		headDue := time.Duration(math.MaxInt64) // nothing queued
 		if len(q.items) > 0 {
-			headDue = q.dueAt(q.items[0].due)
+			headDue := q.dueAt(q.items[0].due)
 			if headDue <= now {
 				b := heap.Pop(&q.items).(*bucket)
 				q.mu.Unlock()
 				return b
 			}
+			wait = min(wait, headDue-now)
 		}
 		q.mu.Unlock()
-		forBucket := headDue < math.MaxInt64 && headDue-now <= wait
-		if forBucket {
-			wait = headDue - now
-		}
 		if wait <= 0 {
 			return nil
-		}
-		if q.nudges {
-			// Late nudgeAfter after the head is due, even when this wait
-			// ends first, at the deadline: a wake for the deadline that
-			// comes late holds off the next poll, and so the bucket, just
-			// as long. With nothing queued, nothing is late (addSat
-			// saturates).
-			q.lateAt.Store(int64(addSat(headDue, nudgeAfter)))
-		}
-		if forBucket && q.precise && wait <= preciseWait && preciseSleep(wait) {
-			select {
-			case <-q.interrupt:
-				return nil
-			default:
-				continue
-			}
 		}
 		q.timer.Reset(wait)
 		select {
@@ -189,46 +115,6 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 			return nil
 		}
 	}
-}
-
-// working marks the goroutine advancing the clock as awake at now: it is
-// late if it has not waited again, or called working again, nudgeAfter
-// later.
-func (q *delayQueue) working(now time.Duration) {
-	if q.nudges {
-		q.lateAt.Store(int64(addSat(now, nudgeAfter)))
-	}
-}
-
-// done marks the end of an AdvanceClock: nothing is late until the next.
-func (q *delayQueue) done() {
-	if q.nudges {
-		q.lateAt.Store(math.MaxInt64)
-	}
-}
-
-// late reports whether the goroutine advancing the clock is late at now.
-// It is one load of a line that changes about once a bucket, so every Add
-// can afford to ask.
-func (q *delayQueue) late(now int64) bool { return now > q.lateAt.Load() }
-
-// nudge wakes a late poll and yields the caller's processor, so that the
-// goroutine advancing the clock can run there. On a machine whose every
-// processor is busy, the runtime runs a poll's timer, or a runnable
-// goroutine, only when another passes through the scheduler, which a loop
-// of Adds does not do: an Add that finds the expiries late gives way to
-// them. Of the Adds that find the same lateness, one nudges; if the
-// goroutine has still not run nudgeAfter later, the next Add nudges again.
-func (q *delayQueue) nudge(now int64) {
-	at := q.lateAt.Load()
-	if now <= at || !q.lateAt.CompareAndSwap(at, now+int64(nudgeAfter)) {
-		return
-	}
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-	runtime.Gosched()
 }
 
 // stop makes a poll in progress, or the next one, return nil at once.

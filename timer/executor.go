@@ -1,6 +1,10 @@
 package timer
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/purgatory-go/purgatory/internal/tasklist"
+)
 
 // executor runs expired tasks on a fixed set of goroutines, like the
 // single-thread executor of Kafka's SystemTimer. Its queue is unbounded, so
@@ -10,14 +14,14 @@ import "sync"
 type executor struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []*TaskBase // guarded by mu
-	closed  bool        // guarded by mu
+	queue   []*tasklist.Entry // guarded by mu
+	closed  bool              // guarded by mu
 	workers int
-	run     func(*TaskBase)
+	run     func(*tasklist.Entry)
 	wg      sync.WaitGroup
 }
 
-func newExecutor(workers int, run func(*TaskBase)) *executor {
+func newExecutor(workers int, run func(*tasklist.Entry)) *executor {
 	x := &executor{workers: workers, run: run}
 	x.cond.L = &x.mu
 	x.wg.Add(workers)
@@ -30,7 +34,7 @@ func newExecutor(workers int, run func(*TaskBase)) *executor {
 // submit queues tasks for the workers. After close it runs them on the
 // caller instead: a task that fired must run, and a step that collected it
 // just before Close would otherwise hand it to workers that have exited.
-func (x *executor) submit(tasks ...*TaskBase) {
+func (x *executor) submit(tasks ...*tasklist.Entry) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
@@ -56,7 +60,7 @@ func (x *executor) submit(tasks ...*TaskBase) {
 // steady state allocates nothing.
 func (x *executor) loop() {
 	defer x.wg.Done()
-	var spare []*TaskBase
+	var spare []*tasklist.Entry
 	for {
 		x.mu.Lock()
 		for len(x.queue) == 0 && !x.closed {
@@ -66,7 +70,7 @@ func (x *executor) loop() {
 			x.mu.Unlock()
 			return
 		}
-		var batch []*TaskBase
+		var batch []*tasklist.Entry
 		if n := len(x.queue); x.workers == 1 || n <= 64 {
 			batch, x.queue = x.queue, spare[:0]
 		} else {

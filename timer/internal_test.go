@@ -1,8 +1,6 @@
 package timer
 
 import (
-	"github.com/purgatory-go/purgatory/internal/tasklink"
-
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/purgatory-go/purgatory/internal/tasklist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -55,7 +54,21 @@ func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *MockClock) {
 	st, err := NewSystemTimer("test", append([]Option{WithClock(clk), inlineExecution()}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
+	testTimers.Lock()
+	testTimers.all = append(testTimers.all, st)
+	testTimers.Unlock()
+	t.Cleanup(func() {
+		testTimers.Lock()
+		testTimers.all = slices.DeleteFunc(testTimers.all, func(x *SystemTimer) bool { return x == st })
+		testTimers.Unlock()
+	})
 	return st, clk
+}
+
+// testTimers are the timers newInlineTimer made, for bucketOf.
+var testTimers struct {
+	sync.Mutex
+	all []*SystemTimer
 }
 
 func (t *SystemTimer) runDue() {
@@ -64,7 +77,25 @@ func (t *SystemTimer) runDue() {
 }
 
 // bucketOf returns the bucket e is linked into, or nil.
-func bucketOf(e Task) *bucket { return e.base().list.Load() }
+func bucketOf(e Task) *bucket {
+	l := tasklist.Of(e).List()
+	if l == nil {
+		return nil
+	}
+	testTimers.Lock()
+	defer testTimers.Unlock()
+	var found *bucket
+	for _, st := range testTimers.all {
+		st.wheel.levels(func(w *wheel) {
+			for i := range w.buckets {
+				if w.buckets[i].holds(l) {
+					found = &w.buckets[i]
+				}
+			}
+		})
+	}
+	return found
+}
 
 // Reference: Kafka TimerTaskListTest.testAll. Moving tasks between buckets
 // keeps the timer's count; cancelling empties the buckets.
@@ -129,15 +160,15 @@ func TestFlushTakesEveryStripe(t *testing.T) {
 	}
 	b := bucketOf(tasks[0])
 	require.NotNil(t, b)
-	emptied := b.stripeOf(&tasks[0].TaskBase)
-	want := map[*TaskBase]bool{}
-	perStripe := map[*stripe]int{}
+	emptied := b.stripeOf(tasks[0].entry())
+	want := map[*tasklist.Entry]bool{}
+	perStripe := map[*tasklist.List]int{}
 	for _, p := range tasks {
 		require.Same(t, b, bucketOf(p), "one bucket")
-		if s := b.stripeOf(&p.TaskBase); s == emptied {
+		if s := b.stripeOf(p.entry()); s == emptied {
 			require.True(t, p.Cancel())
 		} else {
-			want[&p.TaskBase] = true
+			want[p.entry()] = true
 			perStripe[s]++
 		}
 	}
@@ -148,15 +179,14 @@ func TestFlushTakesEveryStripe(t *testing.T) {
 	for _, e := range got {
 		assert.True(t, want[e], "taken once, and only what was linked")
 		delete(want, e)
-		assert.Nil(t, e.list.Load())
-		assert.Nil(t, e.next)
-		assert.Nil(t, e.prev)
+		assert.Nil(t, e.List())
 	}
 	for i := range b.stripes {
 		s := &b.stripes[i]
-		assert.Zero(t, s.count)
-		assert.Same(t, &s.root, s.root.next)
-		assert.Same(t, &s.root, s.root.prev)
+		n, err := s.Walk(nil)
+		assert.NoError(t, err)
+		assert.Zero(t, n)
+		assert.Zero(t, s.Count())
 	}
 	assert.Equal(t, int64(-1), b.expiration.Load())
 }
@@ -179,7 +209,7 @@ func TestCancelBetweenTheFlushLocks(t *testing.T) {
 		}
 		require.Same(t, b, bucketOf(p))
 		for i := range b.stripes {
-			if b.stripeOf(&p.TaskBase) == &b.stripes[i] {
+			if b.stripeOf(p.entry()) == &b.stripes[i] {
 				byStripe[i] = append(byStripe[i], p)
 			}
 		}
@@ -189,12 +219,12 @@ func TestCancelBetweenTheFlushLocks(t *testing.T) {
 		total += len(ps)
 	}
 
-	b.stripes[2].mu.Lock()
-	got := make(chan []*TaskBase, 1)
+	b.stripes[2].Lock()
+	got := make(chan []*tasklist.Entry, 1)
 	go func() { got <- b.flush(nil) }()
 	require.Eventually(t, func() bool {
-		if b.stripes[1].mu.TryLock() {
-			b.stripes[1].mu.Unlock()
+		if b.stripes[1].TryLock() {
+			b.stripes[1].Unlock()
 			return false
 		}
 		return true
@@ -206,16 +236,16 @@ func TestCancelBetweenTheFlushLocks(t *testing.T) {
 	held := byStripe[0][0]
 	cancelled := make(chan bool, 1)
 	go func() { cancelled <- held.Cancel() }()
-	b.stripes[2].mu.Unlock()
+	b.stripes[2].Unlock()
 
 	taken := <-got
 	assert.Len(t, taken, total-1)
-	assert.False(t, slices.Contains(taken, &late.TaskBase), "the cancelled entry is not taken")
-	assert.True(t, slices.Contains(taken, &held.TaskBase))
+	assert.False(t, slices.Contains(taken, late.entry()), "the cancelled entry is not taken")
+	assert.True(t, slices.Contains(taken, held.entry()))
 	assert.True(t, <-cancelled, "the Cancel in stripe 0 waited for the flush, and won")
-	assert.False(t, held.isPending(), "refiling skips it")
+	assert.False(t, held.entry().IsPending(), "refiling skips it")
 	for i := range b.stripes {
-		assert.Zero(t, b.stripes[i].count)
+		assert.Zero(t, b.stripes[i].Count())
 	}
 }
 
@@ -252,7 +282,7 @@ func TestBucketReuseResetsExpiration(t *testing.T) {
 // an earlier bucket arrives, and returns nil on timeout or interrupt.
 func TestDelayQueue(t *testing.T) {
 	clk := NewMockClock()
-	q := newDelayQueue(clk, time.Millisecond)
+	q := newDelayQueue(clk.Now, clk, time.Millisecond)
 	mk := func(exp int64) *bucket {
 		b := &bucket{}
 		b.init()
@@ -464,17 +494,9 @@ func TestSubmitAfterCloseRunsTask(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 	p := newProbe(0)
-	p.owner = p // as its first Add would
-	st.exec.submit(&p.TaskBase)
+	p.entry().Owner = p // as its first Add would
+	st.exec.submit(p.entry())
 	assert.Equal(t, int32(1), p.runs.Load())
-}
-
-// The operation lifecycle reaches three unexported fields by offset
-// (internal/tasklink): a change of layout must fail here.
-func TestTaskLinkOffsets(t *testing.T) {
-	assert.Equal(t, uintptr(tasklink.FlagsOffset), unsafe.Offsetof(TaskBase{}.flags))
-	assert.Equal(t, uintptr(tasklink.OwnerOffset), unsafe.Offsetof(TaskBase{}.owner))
-	assert.Equal(t, uintptr(tasklink.ExpireOffset), unsafe.Offsetof(TaskBase{}.expire))
 }
 
 // An Add of a typed nil pointer is refused, not a panic.
@@ -500,39 +522,22 @@ func TestAdvanceClockAfterCloseReturnsAtOnce(t *testing.T) {
 	assert.Less(t, time.Since(start), 30*time.Second, "AdvanceClock waited for its timeout")
 }
 
-// What linking and unlinking write in a stripe shares one 64-byte line,
-// and stripes share none.
+// Stripes share no cache line, and in the wheel's array (which the
+// allocator may start 8 bytes into a line, after its type header) what a
+// link or an unlink writes in each stripe is in one line.
 func TestStripeLayout(t *testing.T) {
-	var s stripe
-	for name, end := range map[string]uintptr{
-		"mu":        unsafe.Offsetof(s.mu) + unsafe.Sizeof(s.mu),
-		"count":     unsafe.Offsetof(s.count) + unsafe.Sizeof(s.count),
-		"root.next": unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.next) + unsafe.Sizeof(s.root.next),
-		"root.prev": unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.prev) + unsafe.Sizeof(s.root.prev),
-	} {
-		assert.LessOrEqual(t, end, uintptr(64), name)
-	}
-	assert.Equal(t, uintptr(128), unsafe.Sizeof(s))
-
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(tasklist.List{}))
 	for _, n := range []int{20, 64} { // a small array and a large one
 		st, err := NewSystemTimer("aligned", WithWheelSize(n))
 		require.NoError(t, err)
-		checkStripeLines(t, st)
-		st.Close()
-	}
-}
-
-func checkStripeLines(t *testing.T, st *SystemTimer) {
-	var s stripe
-	// In the wheel's array (which the allocator may start 8 bytes into a
-	// line, after its type header) the hot fields of every stripe are in
-	// one line.
-	hot := unsafe.Offsetof(s.root) + unsafe.Offsetof(s.root.prev) + unsafe.Sizeof(s.root.prev)
-	for i := range st.wheel.buckets {
-		for j := range st.wheel.buckets[i].stripes {
-			addr := uintptr(unsafe.Pointer(&st.wheel.buckets[i].stripes[j]))
-			require.Equal(t, addr/64, (addr+hot-1)/64, "bucket %d stripe %d: hot fields in one line", i, j)
+		hot := tasklist.HotEnd()
+		for i := range st.wheel.buckets {
+			for j := range st.wheel.buckets[i].stripes {
+				addr := uintptr(unsafe.Pointer(&st.wheel.buckets[i].stripes[j]))
+				require.Equal(t, addr/64, (addr+hot-1)/64, "bucket %d stripe %d: hot fields in one line", i, j)
+			}
 		}
+		st.Close()
 	}
 }
 
@@ -555,17 +560,16 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 			tasks := addProbes(t, st, clk, 3, tc.delay)
 			require.Equal(t, tc.coarse, bucketOf(tasks[1]).lead > 0)
 			var cancelled, seen bool
-			flushedHook = func(batch []*TaskBase) {
+			st.hooks = &hooks{flushed: func(batch []*tasklist.Entry) {
 				if seen {
 					return
 				}
 				seen = true
 				require.Len(t, batch, 3)
 				require.Nil(t, bucketOf(tasks[1]), "entries taken out are in no bucket")
-				require.True(t, tasks[1].isPending())
+				require.True(t, tasks[1].entry().IsPending())
 				cancelled = tasks[1].Cancel()
-			}
-			t.Cleanup(func() { flushedHook = nil })
+			}}
 			clk.Advance(tc.delay)
 			st.runDue()
 			require.True(t, seen)
@@ -580,26 +584,14 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 
 // linked walks every list of st, checking each link both ways, and returns
 // how many times each entry is linked.
-func linked(t *testing.T, st *SystemTimer) map[*TaskBase]int {
+func linked(t *testing.T, st *SystemTimer) map[*tasklist.Entry]int {
 	t.Helper()
-	seen := map[*TaskBase]int{}
+	seen := map[*tasklist.Entry]int{}
 	st.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
-			b := &w.buckets[i]
-			for j := range b.stripes {
-				s := &b.stripes[j]
-				s.mu.Lock()
-				n := int64(0)
-				for e := s.root.next; e != &s.root; e = e.next {
-					if n++; n > s.count {
-						s.mu.Unlock()
-						require.Failf(t, "a list longer than its count", "bucket %d stripe %d: count %d", i, j, s.count)
-					}
-					require.Same(t, e, e.next.prev, "a broken link")
-					require.Same(t, b, e.list.Load(), "an entry that names another bucket")
-					seen[e]++
-				}
-				s.mu.Unlock()
+			for j := range w.buckets[i].stripes {
+				_, err := w.buckets[i].stripes[j].Walk(func(e *tasklist.Entry) { seen[e]++ })
+				require.NoError(t, err, "bucket %d stripe %d", i, j)
 			}
 		}
 	})
@@ -628,9 +620,9 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 			b, clkB := newInlineTimer(t, WithWheelSize(20))
 			tasks := addProbes(t, a, nil, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
-			moved := &tasks[1].TaskBase
+			moved := tasks[1].entry()
 			var seen bool
-			flushedHook = func(batch []*TaskBase) {
+			a.hooks = &hooks{flushed: func(batch []*tasklist.Entry) {
 				if seen {
 					return
 				}
@@ -641,22 +633,21 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 					require.NoError(t, b.Add(tasks[1]))
 					require.Equal(t, 1, linked(t, b)[moved])
 				} else {
-					moved.word.Or(addLock) // as an Add holds it
+					moved.State.Or(tasklist.AddLock) // as an Add holds it
 				}
-			}
-			t.Cleanup(func() { flushedHook = nil })
+			}}
 			clkA.Advance(delay - 10*time.Millisecond) // a coarse bucket is taken a span early
 			a.runDue()
 			require.True(t, seen)
 
 			inA := linked(t, a)
 			assert.Zero(t, inA[moved], "the first timer linked an entry it does not own")
-			assert.Equal(t, 1, inA[&tasks[0].TaskBase])
-			assert.Equal(t, 1, inA[&tasks[2].TaskBase])
+			assert.Equal(t, 1, inA[tasks[0].entry()])
+			assert.Equal(t, 1, inA[tasks[2].entry()])
 			assert.Equal(t, 2, a.Size())
 			if !tc.finished {
 				require.Nil(t, bucketOf(tasks[1]), "left to the Add under way")
-				moved.word.And(^addLock)
+				moved.State.And(^tasklist.AddLock)
 				require.NoError(t, b.Add(tasks[1]))
 			}
 			assert.Equal(t, 1, linked(t, b)[moved])
@@ -752,14 +743,14 @@ func TestCancelBetweenTheRefileSteps(t *testing.T) {
 			st, clk := newInlineTimer(t, WithWheelSize(20))
 			tasks := addProbes(t, st, clk, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
-			target := &tasks[1].TaskBase
+			target := tasks[1].entry()
 			var cancelled, seen bool
-			refileHook = func(e *TaskBase, linked bool) {
+			st.hooks = &hooks{refile: func(e *tasklist.Entry, linked bool) {
 				if e != target || linked != linkedFirst {
 					return
 				}
 				seen = true
-				require.NotZero(t, e.word.Load()&addLock, "the reaper holds the add-lock")
+				require.NotZero(t, e.State.Load()&tasklist.AddLock, "the reaper holds the add-lock")
 				if linked {
 					require.NotNil(t, bucketOf(tasks[1]))
 				} else {
@@ -767,13 +758,12 @@ func TestCancelBetweenTheRefileSteps(t *testing.T) {
 				}
 				cancelled = tasks[1].Cancel()
 				assert.Nil(t, bucketOf(tasks[1]), "a cancelled entry is in no bucket")
-			}
-			t.Cleanup(func() { refileHook = nil })
+			}}
 			clk.Advance(delay - 10*time.Millisecond) // the coarse bucket moves down
 			st.runDue()
 			require.True(t, seen)
 			assert.True(t, cancelled, "the Cancel prevented a pending run")
-			assert.Zero(t, target.word.Load()&addLock, "the add-lock is let go")
+			assert.Zero(t, target.State.Load()&tasklist.AddLock, "the add-lock is let go")
 			assert.Zero(t, linked(t, st)[target])
 			assert.Equal(t, 2, st.Size())
 

@@ -1,6 +1,8 @@
 package timer
 
 import (
+	"github.com/purgatory-go/purgatory/internal/tasklist"
+
 	"sync"
 	"unsafe"
 )
@@ -20,7 +22,7 @@ type paddedRWMutex struct {
 	_ [128 - unsafe.Sizeof(sync.RWMutex{})]byte // keep stripes on separate cache lines
 }
 
-func (l *lockShards) stripe(e *TaskBase) *sync.RWMutex {
+func (l *lockShards) stripe(e *tasklist.Entry) *sync.RWMutex {
 	// Tasks are at least 64 bytes apart; drop the bits that never differ.
 	return &l[(uintptr(unsafe.Pointer(e))>>6)%lockStripes].RWMutex
 }

@@ -31,10 +31,6 @@ func NewMockTimer() *MockTimer {
 	return &MockTimer{st: st, clock: clock}
 }
 
-// Clock returns the timer's clock. Moving it with Advance or Set does not run
-// tasks by itself; call AdvanceClock (or use MockTimer.Advance) afterwards.
-func (m *MockTimer) Clock() *MockClock { return m.clock }
-
 // Now returns the timer's current time.
 func (m *MockTimer) Now() time.Duration { return m.clock.Now() }
 
@@ -63,9 +59,6 @@ func (m *MockTimer) AdvanceClock(time.Duration) bool { return m.runDue() > 0 }
 
 // Size implements [Timer].
 func (m *MockTimer) Size() int { return m.st.Size() }
-
-// Stats returns the timer's counters.
-func (m *MockTimer) Stats() Stats { return m.st.Stats() }
 
 // Close implements [Timer].
 func (m *MockTimer) Close() error { return m.st.Close() }

@@ -30,10 +30,11 @@ var (
 const (
 	DefaultTick      = time.Millisecond
 	DefaultWheelSize = 20
-	// ReaperPoll is how long a Reaper waits in AdvanceClock per call (Kafka's
-	// SystemTimerReaper WORK_TIMEOUT_MS).
-	ReaperPoll = 200 * time.Millisecond
 )
+
+// reaperPoll is how long a Reaper waits in AdvanceClock per call (Kafka's
+// SystemTimerReaper WORK_TIMEOUT_MS).
+const reaperPoll = 200 * time.Millisecond
 
 // Option configures a SystemTimer.
 type Option interface{ apply(*config) }

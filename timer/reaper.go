@@ -6,7 +6,7 @@ import (
 )
 
 // Reaper drives a Timer: a goroutine calls AdvanceClock in a loop, waiting up
-// to [ReaperPoll] each time, so that expired tasks run without anyone else
+// to [reaperPoll] each time, so that expired tasks run without anyone else
 // calling AdvanceClock. It is Kafka's SystemTimerReaper.
 //
 // A Reaper is itself a Timer: Add, Size and AdvanceClock go to the wrapped
@@ -47,15 +47,9 @@ func (r *Reaper) loop() {
 			return
 		default:
 		}
-		r.t.AdvanceClock(ReaperPoll)
+		r.t.AdvanceClock(reaperPoll)
 	}
 }
-
-// Name returns the name the Reaper was created with.
-func (r *Reaper) Name() string { return r.name }
-
-// Timer returns the wrapped timer.
-func (r *Reaper) Timer() Timer { return r.t }
 
 // Add implements [Timer].
 func (r *Reaper) Add(task Task) error { return r.t.Add(task) }
@@ -84,21 +78,5 @@ func (r *Reaper) Close() error {
 func (r *Reaper) wake() {
 	if w, ok := r.t.(waker); ok {
 		w.wake()
-	}
-}
-
-// systemTimerOf returns the SystemTimer that t is or wraps, or nil.
-func systemTimerOf(t Timer) *SystemTimer {
-	for {
-		switch v := t.(type) {
-		case *SystemTimer:
-			return v
-		case *MockTimer:
-			return v.st
-		case *Reaper:
-			t = v.t
-		default:
-			return nil
-		}
 	}
 }

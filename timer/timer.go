@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
 // Timer runs tasks after their delays.
@@ -35,16 +35,20 @@ type Timer interface {
 	Close() error
 }
 
-// flushedHook, if set, is called with entries taken out of a bucket (a due
-// one, or a batch of a coarser one moving down) before they are fired or
-// put back: a step that a Cancel can act between. Tests set it.
-var flushedHook func([]*TaskBase)
-
-// refileHook, if set, is called by reinsert with the entry it refiles,
-// holding its add-lock: before it is linked (linked false), and after the
-// wheel's add linked it, or found it cancelled (true), before the lock is
-// released. Tests set it, to run a Cancel between those steps.
-var refileHook func(e *TaskBase, linked bool)
+// hooks are points between two steps of the timer where another goroutine
+// may act. A timer's hooks are nil outside this package's tests, which set
+// them on the instance they test.
+type hooks struct {
+	// flushed is called with entries taken out of a bucket (a due one, or
+	// a batch of a coarser one moving down) before they are fired or put
+	// back: a step that a Cancel can act between.
+	flushed func([]*tasklist.Entry)
+	// refile is called by reinsert with the entry it refiles, holding its
+	// add-lock: before it is linked (linked false), and after the wheel's
+	// add linked it, or found it cancelled (true), before the lock is
+	// released.
+	refile func(e *tasklist.Entry, linked bool)
+}
 
 // waker is implemented by this package's timers so that a Reaper can cut
 // short an AdvanceClock in progress.
@@ -65,25 +69,30 @@ type waker interface{ wake() }
 // timer lock, so a task may Add itself or others again.
 type SystemTimer struct {
 	name  string
-	clock Clock
-	tick  int64   // nanoseconds per tick
-	per   divisor // divides by tick
-	sys   bool    // clock is SystemClock: skip the interface call on the hot path
+	clock Clock     // read through now
+	sys   bool      // clock is SystemClock: read time.Since(origin) directly
+	start time.Time // the origin of a SystemClock's readings, for this timer
+	tick  int64     // nanoseconds per tick
+	per   divisor   // divides by tick
+	// lastTick is the last tick whose start the clock can reach.
+	lastTick int64
+	// never holds the entries whose deadline no clock reaches (tickOf).
+	never tasklist.List
 
 	// mu is held for reading by Add (one stripe) and for writing (every
 	// stripe) while the wheels advance and while closing. Lock order: mu,
 	// then a bucket's mu, then the delay queue's mu.
 	mu      lockShards
-	wheel   *wheel      // finest level; coarser ones hang off it
-	closed  bool        // guarded by mu
-	shut    atomic.Bool // closed, readable without mu
-	expired []*TaskBase // expired entries of one step, guarded by mu (write)
-	flushed []*TaskBase // entries taken out of a bucket while they are refiled, guarded by mu (write)
-	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
+	wheel   *wheel            // finest level; coarser ones hang off it
+	closed  bool              // guarded by mu
+	shut    atomic.Bool       // closed, readable without mu
+	expired []*tasklist.Entry // expired entries of one step, guarded by mu (write)
+	flushed []*tasklist.Entry // entries taken out of a bucket while they are refiled, guarded by mu (write)
+	backlog []*bucket         // coarse buckets being moved down, guarded by mu (write)
 
 	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
 	spareMu    sync.Mutex
-	spare      []*TaskBase // a drained expired slice, for reuse
+	spare      []*tasklist.Entry // a drained expired slice, for reuse
 
 	pollMu sync.Mutex // one poller of the delay queue at a time
 	queue  *delayQueue
@@ -94,6 +103,7 @@ type SystemTimer struct {
 	exec    *executor // nil when tasks run inline (MockTimer)
 	onPanic func(Task, any)
 	logger  *slog.Logger
+	hooks   *hooks // nil but in tests
 }
 
 var _ Timer = (*SystemTimer)(nil)
@@ -110,18 +120,21 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 		return nil, err
 	}
 	t := &SystemTimer{
-		name:    name,
-		clock:   c.clock,
-		tick:    int64(c.tick),
-		per:     newDivisor(int64(c.tick)),
-		onPanic: c.onPanic,
-		logger:  c.logger,
+		name:     name,
+		clock:    c.clock,
+		start:    time.Now(),
+		tick:     int64(c.tick),
+		per:      newDivisor(int64(c.tick)),
+		lastTick: math.MaxInt64 / int64(c.tick),
+		onPanic:  c.onPanic,
+		logger:   c.logger,
 	}
 	_, t.sys = c.clock.(SystemClock)
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
-	t.queue = newDelayQueue(c.clock, c.tick)
+	t.never.Init()
+	t.queue = newDelayQueue(t.now, c.clock, c.tick)
 	t.wheel = newWheel(1, c.wheelSize, t.nowTick(), t.queue)
 	if !c.inline && c.executors > 0 {
 		t.exec = newExecutor(c.executors, t.runTask)
@@ -129,12 +142,17 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	return t, nil
 }
 
-// Name returns the name the timer was created with.
-func (t *SystemTimer) Name() string { return t.name }
+// Now reads the timer's clock: the time its deadlines are measured on.
+//
+// On the system clock (the default) that is the monotonic time since the
+// timer was created. Measured from the timer's own creation rather than from
+// a time fixed when the program started, it is also right inside a
+// testing/synctest bubble, where time.Now is the bubble's fake time.
+func (t *SystemTimer) Now() time.Duration { return t.now() }
 
 func (t *SystemTimer) now() time.Duration {
 	if t.sys {
-		return time.Since(epoch)
+		return time.Since(t.start)
 	}
 	return t.clock.Now()
 }
@@ -143,54 +161,60 @@ func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
 
 // tickOf returns the first tick that starts at or after deadline: a task
 // due inside a tick waits for the end of that tick, so it is never early.
+//
+// A deadline whose tick would start past the clock's range (math.MaxInt64
+// nanoseconds), a saturated one among them, never comes: tickOf returns
+// never, and the entry waits in t.never, outside the wheels, until it is
+// cancelled. Rounding it into the last tick instead would run it early.
 func (t *SystemTimer) tickOf(deadline int64) int64 {
-	if deadline > math.MaxInt64-t.tick {
-		return t.per.div(math.MaxInt64)
+	if deadline == math.MaxInt64 {
+		return never
 	}
-	return t.per.div(deadline + t.tick - 1)
+	k := t.per.div(deadline)
+	if k*t.tick < deadline {
+		k++
+	}
+	if k > t.lastTick {
+		return never
+	}
+	return k
 }
+
+// never is tickOf's answer for a deadline no clock reaches.
+const never = math.MaxInt64
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes.
-//
-// On the system clock, an Add that finds the goroutine advancing the clock
-// more than 2 ms behind (asleep past a due bucket, or in one AdvanceClock
-// for that long) wakes it and yields the processor once (runtime.Gosched):
-// on a machine whose processors are all busy, a loop that parks requests
-// would otherwise hold off the expiries until the scheduler preempts it.
-// At most one Add does so every 2 ms.
-func (t *SystemTimer) Add(task Task) error { return t.addAt(task, int64(t.now())) }
-
-// addAt is Add with the clock already read: a purgatory reads it once per
-// park, for its own figures and for the deadline.
-func (t *SystemTimer) addAt(task Task, now int64) error {
-	if tasklink.IsNil(task) {
+func (t *SystemTimer) Add(task Task) error {
+	if isNil(task) {
 		return ErrNilTask
 	}
-	e := task.base()
+	e := tasklist.Of(task)
 	mu := t.mu.stripe(e)
 	mu.RLock()
 	if t.closed {
 		mu.RUnlock()
 		return ErrClosed
 	}
-	e.lockAdd()
-	if e.owner == nil {
-		e.owner = task
+	e.LockAdd()
+	if e.Owner == nil {
+		e.Owner = task
 	}
-	if e.flags.Load()&tasklink.OwnDeadline == 0 {
-		e.expire = tasklink.Deadline(int64(e.delay), now)
+	e.Expire = deadline(int64(e.Delay), int64(t.now()))
+	// A pending task moves: take it out of its old bucket. Holding the
+	// add-lock, nobody else links it until the wheel does.
+	e.Unlink()
+	due := e.Delay <= 0
+	if !due {
+		if tick := t.tickOf(e.Expire); tick == never {
+			t.never.Insert(e)
+		} else {
+			due = t.wheel.add(e, tick)
+		}
 	}
-	// A pending task moves: take it out of its old bucket. Holding addLock,
-	// nobody else links it until the wheel does.
-	e.unlink()
-	due := e.delay <= 0 || t.wheel.add(e, t.tickOf(e.expire))
-	run := due && e.fire()
-	e.unlockAdd()
+	run := due && e.Fire()
+	e.UnlockAdd()
 	mu.RUnlock()
-	if t.queue.late(now) {
-		t.queue.nudge(now) // the expiries are late: give way to them
-	}
 	if run {
 		t.fired.Add(1)
 		if t.exec != nil {
@@ -210,11 +234,8 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	if t.shut.Load() {
 		return false // nothing will ever be due: do not wait for the timeout
 	}
-	defer t.queue.done()
 	if t.backlogLen.Load() > 0 {
-		now := t.now()
-		t.queue.working(now)
-		return t.step(t.queue.pollDue(now))
+		return t.step(t.queue.pollDue(t.now()))
 	}
 	t.pollMu.Lock()
 	b := t.queue.poll(timeout)
@@ -336,8 +357,8 @@ func (t *SystemTimer) drainBefore(b *bucket) bool {
 // bucket and wins; the entry is then skipped. The caller holds the write
 // lock.
 func (t *SystemTimer) refile(due bool) {
-	if flushedHook != nil {
-		flushedHook(t.flushed)
+	if t.hooks != nil && t.hooks.flushed != nil {
+		t.hooks.flushed(t.flushed)
 	}
 	for _, e := range t.flushed {
 		if due {
@@ -354,7 +375,7 @@ func (t *SystemTimer) refile(due bool) {
 
 // dispatch hands expired tasks over with no lock held and keeps the slice
 // for reuse, so that steady expiry allocates nothing.
-func (t *SystemTimer) dispatch(expired []*TaskBase) {
+func (t *SystemTimer) dispatch(expired []*tasklist.Entry) {
 	if len(expired) > 0 {
 		t.fired.Add(uint64(len(expired)))
 		if t.exec != nil {
@@ -371,7 +392,7 @@ func (t *SystemTimer) dispatch(expired []*TaskBase) {
 	t.spareMu.Unlock()
 }
 
-func (t *SystemTimer) takeSpare() []*TaskBase {
+func (t *SystemTimer) takeSpare() []*tasklist.Entry {
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	s := t.spare
@@ -391,25 +412,26 @@ func (t *SystemTimer) takeSpare() []*TaskBase {
 // Add places it; if that Add is already over, insert finds the entry in a
 // list and leaves it there. A Cancel after the link is seen by unlockAdd,
 // which unlinks it.
-func (t *SystemTimer) reinsert(e *TaskBase) {
-	if !e.tryLockAdd() {
+func (t *SystemTimer) reinsert(e *tasklist.Entry) {
+	if !e.TryLockAdd() {
 		return
 	}
-	if refileHook != nil {
-		refileHook(e, false)
+	h := t.hooks
+	if h != nil && h.refile != nil {
+		h.refile(e, false)
 	}
-	if t.wheel.add(e, t.tickOf(e.expire)) {
+	if t.wheel.add(e, t.tickOf(e.Expire)) {
 		t.fire(e)
-	} else if refileHook != nil {
-		refileHook(e, true)
+	} else if h != nil && h.refile != nil {
+		h.refile(e, true)
 	}
-	e.unlockAdd()
+	e.UnlockAdd()
 }
 
 // fire moves a due entry to the expired batch, unless a Cancel won. The
 // caller holds mu for writing.
-func (t *SystemTimer) fire(e *TaskBase) {
-	if !e.fire() {
+func (t *SystemTimer) fire(e *tasklist.Entry) {
+	if !e.Fire() {
 		return
 	}
 	t.expired = append(t.expired, e)
@@ -432,7 +454,7 @@ func (t *SystemTimer) fire(e *TaskBase) {
 // few microseconds. It is for metrics, not for a hot path. While a bucket
 // is being flushed its entries are briefly not counted, as in Kafka.
 func (t *SystemTimer) Size() int {
-	var n int64
+	n := t.never.Count()
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			n += w.buckets[i].size()
@@ -464,7 +486,7 @@ func (t *SystemTimer) Close() error {
 	}
 	t.closed = true
 	t.shut.Store(true)
-	var flushed []*TaskBase
+	var flushed []*tasklist.Entry
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			flushed = w.buckets[i].flush(flushed[:0])
@@ -473,6 +495,9 @@ func (t *SystemTimer) Close() error {
 			}
 		}
 	})
+	for _, e := range t.never.PopInto(nil, math.MaxInt) {
+		e.Cancel()
+	}
 	clear(t.backlog)
 	t.backlog = nil
 	t.backlogLen.Store(0)
@@ -489,11 +514,11 @@ func (t *SystemTimer) wake() { t.queue.stop() }
 
 // runTask runs one task, recovering a panic so that one bad task cannot stop
 // the executor, and with it every other timeout in the process.
-func (t *SystemTimer) runTask(e *TaskBase) {
+func (t *SystemTimer) runTask(e *tasklist.Entry) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.panics.Add(1)
-			task := e.task()
+			task := taskOf(e)
 			if t.onPanic != nil {
 				t.onPanic(task, r)
 				return
@@ -502,5 +527,18 @@ func (t *SystemTimer) runTask(e *TaskBase) {
 				"task", fmt.Sprintf("%T", task), "panic", r)
 		}
 	}()
-	e.run()
+	run(e)
+}
+
+// deadline returns when an entry with delay nanoseconds is due if added at
+// now: now+delay, math.MaxInt64 if that overflows (a deadline no clock
+// reaches: see tickOf), and now for a delay of zero or less.
+func deadline(delay, now int64) int64 {
+	switch {
+	case delay <= 0:
+		return now
+	case delay > math.MaxInt64-now:
+		return math.MaxInt64
+	}
+	return now + delay
 }

@@ -1,6 +1,8 @@
 package timer
 
 import (
+	"github.com/purgatory-go/purgatory/internal/tasklist"
+
 	"math"
 	"sync"
 	"sync/atomic"
@@ -71,7 +73,7 @@ func (w *wheel) top() bool { return w.nextTick == math.MaxInt64 }
 // span holds it, unless a concurrent Cancel won (see bucket.insert). It
 // reports whether e is already due instead: it is not linked, and the
 // caller fires it. The caller holds e's addLock.
-func (w *wheel) add(e *TaskBase, exp int64) (due bool) {
+func (w *wheel) add(e *tasklist.Entry, exp int64) (due bool) {
 	for {
 		if exp-w.current < w.tick {
 			return true

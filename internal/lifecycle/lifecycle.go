@@ -7,8 +7,8 @@
 //
 // # States and transitions
 //
-// The state is one 32-bit word (the spare word of the operation's timer
-// entry), changed only by compare-and-swap:
+// The state is one 32-bit word (the Aux word of the operation's timer
+// entry, tasklist.Entry), changed only by compare-and-swap:
 //
 //	bit 0      completed (terminal)
 //	bits 1-2   how it completed: early, expired, context, shutdown
@@ -17,7 +17,6 @@
 //	bits 5-6   the operation's own lock (lock.go)
 //	bit 7      fat: the Handle carries a lock given to WithLock, or a context
 //	bit 8      cancelled (terminal unless completed by ForceComplete)
-//	bit 9      Park wrote the timer entry's deadline (tasklink.OwnDeadline)
 //	bits 10-31 live watch entries, counted in the Tracker's watched
 //
 // Every transition that counts is one compare-and-swap, and the counts move
@@ -33,10 +32,10 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"fmt"
 	"time"
-	"unsafe"
 
-	"github.com/purgatory-go/purgatory/internal/tasklink"
+	"github.com/purgatory-go/purgatory/internal/tasklist"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -54,12 +53,17 @@ type Sealed interface{ lifecycleOp() *Op }
 // Of returns the Op embedded in s.
 func Of(s Sealed) *Op { return s.lifecycleOp() }
 
-// Op is the lifecycle of one operation. It is 80 bytes: the timer entry (64
-// bytes, whose spare word holds the state and whose owner slot holds the
-// user's operation), the Tracker of the purgatory it is parked in, and its
-// current Handle. It must not be copied after Init.
+// Op is the lifecycle of one operation: the timer entry (whose Aux word
+// holds the state and whose Owner holds the user's operation), the Tracker
+// of the purgatory it is parked in, and its Handle. It must not be copied
+// after Init.
+//
+// Op embeds the entry's holder, whose only promoted method is unexported,
+// so that Op, and a user's operation that embeds it through operation.Base,
+// satisfy tasklist.Sealed and nothing of the entry leaks into their method
+// sets. Its one exported method, ExpireEntry, is how the timer expires it.
 type Op struct {
-	tb timer.TaskBase
+	link
 	// t is written by Park before its CAS and read only by whoever has
 	// seen the operation parked (or cancelled, which comes after), so the
 	// CAS orders the two and t needs no atomic store, which would cost a
@@ -73,7 +77,12 @@ type Op struct {
 	h *Handle
 }
 
+// link names the embedded holder so that the field is unexported.
+type link = tasklist.Base
+
 func (o *Op) lifecycleOp() *Op { return o }
+
+func (o *Op) entry() *tasklist.Entry { return tasklist.EntryOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
@@ -86,13 +95,13 @@ const (
 	stWaiters   uint32 = 1 << 6
 	stFat       uint32 = 1 << 7
 	stCancelled uint32 = 1 << 8
-	stDeadline         = tasklink.OwnDeadline
 
 	watchShift        = 10
 	watchOne   uint32 = 1 << watchShift
 	flagBits          = watchOne - 1
 
-	// MaxKeys is the most keys one operation can be watched on.
+	// MaxKeys is the most keys one operation can be watched on: its live
+	// watch entries are counted in the state's top 22 bits.
 	MaxKeys = 1<<(32-watchShift) - 1
 )
 
@@ -107,107 +116,98 @@ const (
 	Shutdown             // the purgatory shut down
 )
 
-func (o *Op) word() *atomic.Uint32 {
-	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.FlagsOffset))
-}
+func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
 
-func (o *Op) owner() *any {
-	return (*any)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.OwnerOffset))
-}
-
-func (o *Op) self() Callbacks { return (*o.owner()).(Callbacks) }
+func (o *Op) self() Callbacks { return o.entry().Owner.(Callbacks) }
 
 // Self returns the user's operation, or nil before Init.
-func Self(o *Op) any { return *o.owner() }
+func Self(o *Op) any { return o.entry().Owner }
 
-// task is the Op seen as a timer.Task: the timer calls its Run only when
-// the purgatory was given a Timer of the user's own; this package's timers
-// call expireEntry through tasklink. Either way the user's type is not
-// consulted.
-type task struct{ timer.TaskBase }
+// task is the Op as a timer.Task, for Add. A package timer's timer expires
+// the entry through its owner's ExpireEntry; any other Timer calls the
+// Task's Run. Either way the user's type is not consulted: a method of its
+// own named Run has no effect.
+type task struct{ *Op }
 
 // Run expires the operation.
-func (t *task) Run() { finish((*Op)(unsafe.Pointer(t)), Expired) }
+func (t task) Run() { finish(t.Op, Expired) }
 
-func init() {
-	tasklink.Run = func(p unsafe.Pointer) { finish((*Op)(p), Expired) }
+// Task returns the Op's timer entry as a timer.Task, to Add to a timer. It
+// does not allocate: task is one pointer.
+func Task(o *Op) timer.Task { return task{o} }
+
+// ExpireEntry expires the operation if e is its timer entry, and reports
+// whether it was. Package timer calls it on the entry's owner, the user's
+// operation, to which operation.Base promotes it; called with anything but
+// the operation's own entry (nil, say), it does nothing.
+func (o *Op) ExpireEntry(e *tasklist.Entry) bool {
+	if e != o.entry() {
+		return false
+	}
+	finish(o, Expired)
+	return true
 }
 
-// seam, if set, is called between two steps of a transition that another
-// goroutine may act between: "published" (Park has published its Tracker
-// and Handle, before its CAS) and "registered" (ArmContext has registered
-// the AfterFunc, before storing its stop). Tests of this package set it to
-// run a competitor exactly there.
-var seam func(at string, o *Op)
-
-// Task returns the Op's timer entry, to Add to a timer.
-func Task(o *Op) timer.Task { return (*task)(unsafe.Pointer(&o.tb)) }
+// expirer is what package timer looks for in an entry's owner.
+type expirer interface {
+	ExpireEntry(e *tasklist.Entry) bool
+}
 
 // Handle is what watch lists hold instead of the operation. Completing or
 // cancelling the operation clears it, which releases the operation from
-// every list at once without taking a list's lock; the 8-byte Handle stays
-// on the lists until they are next compacted. An operation parks at most
-// once, so it has at most one Handle.
+// every list at once without taking a list's lock; the Handle stays on the
+// lists until they are next compacted. An operation parks at most once, so
+// it has at most one Handle.
 type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
-	// Park sets it before the compare-and-swap that publishes the Handle
-	// (in a new Handle's composite literal, or in the fat Handle Init
-	// made); after that it is read atomically, and cleared by clear.
-	op unsafe.Pointer
-}
-
-// timedHandle is the Handle of an operation parked where the time in
-// purgatory is recorded (Tracker.Now set) but the deadline is the timer's
-// to write (Tracker.OwnDeadline not set): 8 bytes more, only there.
-type timedHandle struct {
-	Handle
-	parked int64 // the Tracker's clock at park
+	op atomic.Pointer[Op]
+	// ext is what only some operations need: nil unless the operation has
+	// a lock or a context of its own (stFat), or its Tracker records the
+	// time in purgatory. Written before the Handle is published, then
+	// only read.
+	ext *handleExt
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
-func (h *Handle) Op() *Op { return (*Op)(atomic.LoadPointer(&h.op)) }
+func (h *Handle) Op() *Op { return h.op.Load() }
 
-// fatHandle carries what only some operations have: a lock given to
-// WithLock and a context. Op.h points at its first field when stFat is set.
-type fatHandle struct {
-	Handle
-	parked int64 // as timedHandle's
+// handleExt carries what only some operations have: the clock reading of
+// the park, for a Tracker that records times; a lock given to WithLock; a
+// context.
+type handleExt struct {
+	parked int64
 	lock   sync.Locker
 	shared *SharedLock
 	ctx    context.Context
 	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
 }
 
-// parkedAt returns the clock reading of the operation's park, for a
-// Tracker that records times: the deadline Park wrote less the timeout
-// (both in the Op, whose cache line a completion has at hand), or else
-// what Park kept in the Handle.
-func (o *Op) parkedAt() int64 {
-	if o.word().Load()&stDeadline != 0 {
-		return *o.deadline() - max(int64(o.tb.Delay()), 0)
-	}
-	if fh := o.fat(); fh != nil {
-		return fh.parked
-	}
-	return (*timedHandle)(unsafe.Pointer(o.h)).parked
+// extHandle is a Handle and its handleExt in one allocation.
+type extHandle struct {
+	Handle
+	x handleExt
 }
 
-// deadline is the timer entry's deadline: written by Park when the
-// Tracker says so (OwnDeadline), and then only read.
-func (o *Op) deadline() *int64 {
-	return (*int64)(unsafe.Add(unsafe.Pointer(&o.tb), tasklink.ExpireOffset))
+func newExtHandle() *Handle {
+	eh := &extHandle{}
+	eh.ext = &eh.x
+	return &eh.Handle
 }
+
+// parkedAt returns the clock reading of the operation's park, for a
+// Tracker that records times.
+func (o *Op) parkedAt() int64 { return o.h.ext.parked }
 
 // MaxTimeout is the longest timeout an Op keeps: 2^61 ns, 73 years. Init
 // takes longer ones as this, so that a deadline measured from any clock
-// reading in the first 73 years is exact (tasklink.MaxDeadline).
+// reading in the first 73 years is exact (timer deadlines saturate at math.MaxInt64).
 const MaxTimeout = time.Duration(1 << 61)
 
-func (o *Op) fat() *fatHandle {
+func (o *Op) fat() *handleExt {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return (*fatHandle)(unsafe.Pointer(o.h))
+	return o.h.ext
 }
 
 // Options are what Init takes besides the timeout.
@@ -225,14 +225,19 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	if s&(stParked|stCompleted|stCancelled) != 0 {
 		panic("operation: Init of an operation already parked, completed or cancelled")
 	}
-	*o.owner() = self
-	o.tb.SetDelay(min(timeout, MaxTimeout))
+	if _, ok := self.(expirer); !ok {
+		panic(fmt.Sprintf("operation: %T declares a method ExpireEntry, which hides operation.Base's", self))
+	}
+	e := o.entry()
+	e.Owner = self
+	e.Delay = min(timeout, MaxTimeout)
 	if opt.Ctx != nil && opt.Ctx.Done() == nil {
 		opt.Ctx = nil // never ends: nothing to watch
 	}
 	if opt.Lock != nil || opt.Ctx != nil {
-		fh := &fatHandle{lock: opt.Lock, shared: opt.Shared, ctx: opt.Ctx}
-		o.h = &fh.Handle
+		h := newExtHandle()
+		h.ext.lock, h.ext.shared, h.ext.ctx = opt.Lock, opt.Shared, opt.Ctx
+		o.h = h
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
@@ -244,10 +249,10 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 }
 
 // Initialised reports whether Init has been called.
-func Initialised(o *Op) bool { return *o.owner() != nil }
+func Initialised(o *Op) bool { return o.entry().Owner != nil }
 
 // Timeout returns the timeout given to Init.
-func Timeout(o *Op) time.Duration { return o.tb.Delay() }
+func Timeout(o *Op) time.Duration { return o.entry().Delay }
 
 // IsCompleted reports whether the operation has completed, by any path.
 func IsCompleted(o *Op) bool { return o.word().Load()&stCompleted != 0 }
@@ -290,13 +295,11 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		if s&stCompleted != 0 || needParked && s&stParked == 0 {
 			return false
 		}
-		// The end of the time in purgatory is read before the swap, not
-		// after: the swap is a locked instruction, which the counter read
-		// (internal/tsc) waits behind, and on an operation parked on
-		// another core it waits for the line to come over. Read after it,
-		// the clock cost the histograms half as much again. A read for a
-		// completion that then loses the swap is wasted, and rare. Once
-		// the operation is seen parked, its Tracker is safe to read.
+		// The end of the time in purgatory is read before the swap: on an
+		// operation parked on another core the swap waits for the line
+		// to come over, and a clock read after it would wait too. A read
+		// for a completion that then loses the swap is wasted, and rare.
+		// Once the operation is seen parked, its Tracker is safe to read.
 		if !read && s&stParked != 0 {
 			if t := o.t; t.Now != nil {
 				end = t.Now()
@@ -342,12 +345,11 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 // parked one can be): only then may o.h be read, and only then is there
 // anything but the timer entry to let go of.
 func (o *Op) release(parked bool) {
-	o.tb.Cancel()
+	o.entry().Cancel()
 	if !parked {
 		return
 	}
-	h := o.h
-	h.clear() // off every watch list at once (KAFKA-19389)
+	o.h.op.Store(nil) // off every watch list at once (KAFKA-19389)
 	if fh := o.fat(); fh != nil {
 		if stop := fh.stop.Swap(nil); stop != nil {
 			(*stop)()
@@ -389,7 +391,8 @@ func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
 // returns the Handle its watch lists are to hold; now is the Tracker's
-// clock reading, from which the time in purgatory is measured, and
+// clock reading, from which the time in purgatory is measured (read only
+// when t.Now is set), and
 // watches is how many watch entries the caller will push for it, counted
 // here in the same locked add and swap as the park itself. If the
 // operation completes before the entries are pushed, its completion
@@ -410,39 +413,36 @@ func Park(o *Op, t *Tracker, now int64, watches int) (*Handle, bool) {
 	}
 	// An operation parks at most once, so a fat one keeps the Handle Init
 	// made: no one reads its op before the CAS below publishes it.
-	self := unsafe.Pointer(o)
 	var h *Handle
-	switch fh := o.fat(); {
-	case fh != nil:
-		fh.op, fh.parked = self, now
-		h = &fh.Handle
-	case t.Now != nil && !t.OwnDeadline:
-		h = &(&timedHandle{Handle: Handle{op: self}, parked: now}).Handle
+	switch {
+	case w.Load()&stFat != 0:
+		h = o.h
+	case t.Now != nil:
+		h = newExtHandle()
 		o.h = h
 	default:
-		h = &Handle{op: self}
+		h = &Handle{}
 		o.h = h
 	}
-	var own uint32
-	if t.OwnDeadline {
-		*o.deadline() = tasklink.Deadline(int64(o.tb.Delay()), now)
-		own = stDeadline
+	h.op.Store(o)
+	if h.ext != nil {
+		h.ext.parked = now
 	}
 	o.t = t
 	st := t.stripe(o)
 	c := counts(uint32(watches))
 	st.arrived.Add(c)
-	if seam != nil {
-		seam("published", o)
+	if hk := t.Hooks; hk != nil && hk.Published != nil {
+		hk.Published(o)
 	}
 	for {
 		s := w.Load()
 		if s&(stParked|stCompleted|stCancelled) != 0 {
 			st.arrived.Add(-c)
-			h.clear()
+			h.op.Store(nil)
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s|stParked|own|uint32(watches)<<watchShift) {
+		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
 			return h, true
 		}
 	}
@@ -458,8 +458,8 @@ func ArmContext(o *Op) {
 		return
 	}
 	stop := context.AfterFunc(fh.ctx, func() { finish(o, Context) })
-	if seam != nil {
-		seam("registered", o)
+	if hk := o.t.Hooks; hk != nil && hk.Registered != nil {
+		hk.Registered(o)
 	}
 	fh.stop.Store(&stop)
 	// A completion that ran before the Store found nothing to stop.
@@ -509,6 +509,6 @@ func Cancel(o *Op) bool {
 // adding): the completion's own Cancel may have run before the Add.
 func CancelTimerIfDone(o *Op) {
 	if o.word().Load()&(stCompleted|stCancelled) != 0 {
-		o.tb.Cancel()
+		o.entry().Cancel()
 	}
 }

@@ -25,11 +25,6 @@ func init() {
 	}
 }
 
-// OnContended, if set, is called by a goroutine about to wait for an
-// operation's own lock. Tests use it to know that a competitor has reached
-// the lock; it must be set before any operation is used.
-var OnContended func(o *Op)
-
 func (o *Op) parkStripe() int { return int(uintptr(unsafe.Pointer(o))>>6) % parkStripes }
 
 // opLock is an Op seen as a sync.Locker for its own lock. Converting an
@@ -64,8 +59,11 @@ func (l *opLock) Lock() {
 		}
 	}
 	o := l.op()
-	if OnContended != nil {
-		OnContended(o)
+	// Only a parked operation's Tracker may be read (see complete).
+	if o.word().Load()&stParked != 0 {
+		if hk := o.t.Hooks; hk != nil && hk.Contended != nil {
+			hk.Contended(o)
+		}
 	}
 	w := o.word()
 	p := &parking[o.parkStripe()]

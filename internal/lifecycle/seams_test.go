@@ -30,16 +30,23 @@ func newSeamOp(ctx context.Context) *seamOp {
 	return o
 }
 
-// at runs f once at the named seam.
-func at(t *testing.T, name string, f func(o *Op)) {
+// at runs f once at the named seam of tr's operations.
+func at(tr *Tracker, name string, f func(o *Op)) {
 	done := false
-	seam = func(n string, o *Op) {
-		if n == name && !done {
+	once := func(o *Op) {
+		if !done {
 			done = true
 			f(o)
 		}
 	}
-	t.Cleanup(func() { seam = nil })
+	switch name {
+	case "published":
+		tr.Hooks = &Hooks{Published: once}
+	case "registered":
+		tr.Hooks = &Hooks{Registered: once}
+	default:
+		panic("no seam " + name)
+	}
 }
 
 // A ForceComplete that lands after Park published its Tracker and Handle
@@ -47,8 +54,8 @@ func at(t *testing.T, name string, f func(o *Op)) {
 // new Handle lets go of it, and OnComplete ran once.
 func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	o := newSeamOp(context.Background())
-	at(t, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
 	var tr Tracker
+	at(&tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
 	h, ok := Park(&o.Op, &tr, 0, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
@@ -67,11 +74,11 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 	o := newSeamOp(ctx)
 	initHandle := o.h
 	require.NotNil(t, initHandle, "an operation with a context has its Handle from Init")
-	at(t, "published", func(o *Op) {
+	var tr Tracker
+	at(&tr, "published", func(o *Op) {
 		require.NotNil(t, o.h.Op(), "Park has filled in the Handle")
 		require.True(t, ForceComplete(o))
 	})
-	var tr Tracker
 	h, ok := Park(&o.Op, &tr, 0, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
@@ -94,7 +101,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	var tr Tracker
 	_, ok := Park(&o.Op, &tr, 0, 0)
 	require.True(t, ok)
-	at(t, "registered", func(o *Op) {
+	at(&tr, "registered", func(o *Op) {
 		require.Nil(t, o.fat().stop.Load(), "not stored yet")
 		require.True(t, ForceComplete(o))
 	})
@@ -111,7 +118,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 // reads the clock between loading the state word and its swap, so f runs
 // exactly there. reads counts the readings.
 func clockWith(end int64, f func()) (tr *Tracker, reads *int) {
-	tr, reads = &Tracker{OwnDeadline: true}, new(int)
+	tr, reads = &Tracker{}, new(int)
 	tr.Now = func() int64 {
 		if *reads++; *reads == 1 {
 			f()

@@ -26,18 +26,14 @@ type Tracker struct {
 	MaxPending int64
 	reserved   atomic.Int64
 
-	// Now, if set, reads the clock that Park's now came from (perhaps
-	// through the CPU's counter, a few microseconds off: internal/tsc);
-	// completions of parked operations then record their time in
-	// purgatory, by Kind.
+	// Now, if set, reads the clock that Park's now came from; completions
+	// of parked operations then record their time in purgatory, by Kind.
 	// Set it before the Tracker is used.
 	Now func() int64
-	// OwnDeadline makes Park write the deadline into the operation's timer
-	// entry (tasklink.OwnDeadline), where a completion finds the start of
-	// the time in purgatory without a Handle field. Set it when the
-	// purgatory's timer is one of package timer's, whose clock gave Park's
-	// now, or when there is no timer.
-	OwnDeadline bool
+
+	// Hooks are points between two steps where a test runs a competitor.
+	// Nil outside tests; set it before the Tracker is used.
+	Hooks *Hooks
 	// hists are striped like the counters, fewer: each is about 2 KiB.
 	hists [histStripes][4]hist.Counters
 }
@@ -108,8 +104,21 @@ func (t *Tracker) Counts() Counts {
 	return c
 }
 
-// liveSeam, if set, runs between Live's two passes. Tests set it.
-var liveSeam func()
+// Hooks are called between two steps of a transition that another
+// goroutine may act between. Each may be nil.
+type Hooks struct {
+	// Published runs in Park once the Tracker and Handle are published,
+	// before the compare-and-swap that parks.
+	Published func(o *Op)
+	// Registered runs in ArmContext once the context's AfterFunc is
+	// registered, before its stop function is stored.
+	Registered func(o *Op)
+	// Contended runs when a goroutine is about to wait for a parked
+	// operation's own lock.
+	Contended func(o *Op)
+	// Live runs between Live's two passes.
+	Live func()
+}
 
 // Live sums the pending operations and their watch entries. It reads what
 // left before what arrived: an operation's arrival is counted before its
@@ -119,8 +128,8 @@ func (t *Tracker) Live() (pending, watched int64) {
 	for i := range t.stripes {
 		d -= t.stripes[i].left.Load()
 	}
-	if liveSeam != nil {
-		liveSeam()
+	if t.Hooks != nil && t.Hooks.Live != nil {
+		t.Hooks.Live()
 	}
 	for i := range t.stripes {
 		d += t.stripes[i].arrived.Load()

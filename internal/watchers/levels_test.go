@@ -50,7 +50,7 @@ func TestLevelsModel(t *testing.T) {
 					o.level = cur + 100 + int64(r.IntN(1000)) // far ahead
 				}
 				h := park(o, 1)
-				w.Watch(h, []string{"k"}, []int64{o.level}, nil, nil, false)
+				w.Watch(h, []string{"k"}, []int64{o.level}, nil)
 				ops = append(ops, o)
 			case k < 8: // the level rises; check up to it
 				cur += int64(r.IntN(20))
@@ -118,7 +118,7 @@ func TestLevelsInOrder(t *testing.T) {
 	for _, lv := range levels {
 		o := &orderOp{levelOp: levelOp{level: lv, cur: &cur}, seen: &order}
 		o.Init(o, time.Hour)
-		w.Watch(park(o, 1), []string{"k"}, []int64{lv}, nil, nil, false)
+		w.Watch(park(o, 1), []string{"k"}, []int64{lv}, nil)
 	}
 	cur = 45
 	require.Equal(t, 5, w.CheckUpTo("k", 45))

@@ -93,7 +93,7 @@ func watchMany(t *testing.T, w *Watchers[string], key string, n, keep int, level
 		if levelled {
 			levels = []int64{int64(i % 97)}
 		}
-		w.Watch(h, []string{key}, levels, nil, nil, false)
+		w.Watch(h, []string{key}, levels, nil)
 		ops[i] = o
 	}
 	for i, o := range ops {
@@ -154,7 +154,7 @@ func TestPurgeStepModel(t *testing.T) {
 						levels = append(levels, int64(r.IntN(100)))
 					}
 				}
-				w.Watch(h, ks, levels, nil, nil, false)
+				w.Watch(h, ks, levels, nil)
 				for i, k := range ks {
 					lv := int64(-1)
 					if levels != nil {

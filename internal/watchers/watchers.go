@@ -35,6 +35,10 @@ type Watchers[K comparable] struct {
 	watched [countStripes]countStripe
 	bufs    sync.Pool // *[]*lifecycle.Op snapshots for Check
 	purge   purgeRound[K]
+
+	// BetweenKeys, if set, runs in Watch after each key but the last.
+	// Tests set it, to act between two keys; nil otherwise.
+	BetweenKeys func()
 }
 
 type shard[K comparable] struct {
@@ -66,11 +70,6 @@ type shard[K comparable] struct {
 	// few lists later. Guarded by mu.
 	idle   [maxIdle]*list[K]
 	idleAt int // next slot of the ring
-	// held holds the Handles of operations whose first key is in this
-	// shard and whose timeouts the purgatory holds back (Watch's hold,
-	// TakeHeld): queued under the lock the Watch takes anyway, they cost
-	// no lock of their own. Guarded by mu.
-	held Chunks
 }
 
 const countStripes = 16
@@ -311,23 +310,19 @@ func (w *Watchers[K]) Mark(keys []K, m *Marks) {
 // package purgatory). A key given twice is watched twice, as in Kafka. If
 // the operation completes meanwhile, the entries are tombstones from the
 // start and cost 8 bytes each (16 at a level) until the next check or
-// purge. between, if not nil, runs after each key but the last (tests use
-// it to act between two keys).
+// purge.
 //
 // With m, which Mark filled for the same keys, Watch reports whether a
 // check may have looked for the operation on one of its keys before it was
 // there, since Mark (see Marks); the caller then tries the operation
 // again. Without m it reports true.
-//
-// With hold, h is also queued for TakeHeld, in the shard of the first key
-// and under the lock taken to watch it.
-func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, between func(), m *Marks, hold bool) (missed bool) {
+func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, m *Marks) (missed bool) {
 	marked := m != nil && m.n == len(keys) && len(keys) > 0
 	missed = !marked
 	var first uint64
 	for i, k := range keys {
-		if i > 0 && between != nil {
-			between()
+		if i > 0 && w.BetweenKeys != nil {
+			w.BetweenKeys()
 		}
 		var sh *shard[K]
 		var hash uint64
@@ -349,9 +344,6 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, betwe
 			l.pushLevel(levels[i], h)
 		} else {
 			l.push(h)
-		}
-		if hold && i == 0 {
-			sh.held.push(h)
 		}
 		sh.mu.Unlock()
 	}
@@ -517,8 +509,10 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 }
 
 // Remove removes key and returns the live operations that were watching
-// it, in the order they were added, each once (the first half of Kafka's
-// cancelForKey; the caller cancels them).
+// it, each once (the first half of Kafka's cancelForKey; the caller
+// cancels them): those watching without a level in the order they were
+// added, then those watching at a level, lowest level first and, at one
+// level, in the order they were added.
 func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
@@ -540,22 +534,6 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 		}
 	})
 	return ops
-}
-
-// TakeHeld appends to dst, and takes from the shards, the chunks of
-// Handles that Watch queued with hold since the last TakeHeld. It takes
-// each shard's lock in turn, briefly.
-func (w *Watchers[K]) TakeHeld(dst []Chunks) []Chunks {
-	for i := range w.shards {
-		sh := &w.shards[i]
-		sh.mu.Lock()
-		if sh.held != nil {
-			dst = append(dst, sh.held)
-			sh.held = nil
-		}
-		sh.mu.Unlock()
-	}
-	return dst
 }
 
 // Watched returns the number of entries on all lists, counting an

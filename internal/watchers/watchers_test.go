@@ -38,7 +38,7 @@ func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 
 // watch parks o and watches it on keys.
 func watch(w *watchers.Watchers[string], o *op, keys ...string) {
-	w.Watch(park(o, len(keys)), keys, nil, nil, nil, false)
+	w.Watch(park(o, len(keys)), keys, nil, nil)
 }
 
 func TestWatchCheckCancelPurge(t *testing.T) {
@@ -105,7 +105,7 @@ func TestCallbacksMayReenter(t *testing.T) {
 	watch(w, inner, "k")
 	outer := &reentrant{w: w, inner: inner}
 	outer.Init(outer, time.Hour)
-	w.Watch(park(outer, 1), []string{"k"}, nil, nil, nil, false)
+	w.Watch(park(outer, 1), []string{"k"}, nil, nil)
 	done := make(chan int)
 	go func() { done <- w.Check("k") }()
 	select {
@@ -175,7 +175,7 @@ func TestCompactionDropsReferences(t *testing.T) {
 	for i := range 600 {
 		o := newOp()
 		h := park(o, 1)
-		w.Watch(h, []string{"k"}, nil, nil, nil, false)
+		w.Watch(h, []string{"k"}, nil, nil)
 		if i%2 == 0 {
 			weakHandles = append(weakHandles, weak.Make(h))
 			o.ForceComplete()
@@ -254,9 +254,9 @@ type watchingOp struct {
 func (o *watchingOp) TryComplete() bool {
 	h := park(o.next, 1)
 	if o.upTo {
-		o.w.Watch(h, []string{"k"}, []int64{o.level}, nil, nil, false)
+		o.w.Watch(h, []string{"k"}, []int64{o.level}, nil)
 	} else {
-		o.w.Watch(h, []string{"k"}, nil, nil, nil, false)
+		o.w.Watch(h, []string{"k"}, nil, nil)
 	}
 	return o.ForceComplete()
 }
@@ -270,10 +270,10 @@ func TestWatchDuringCheckSurvives(t *testing.T) {
 		o := &watchingOp{w: w, next: next, level: 5, upTo: upTo}
 		o.Init(o, time.Hour)
 		if upTo {
-			w.Watch(park(o, 1), []string{"k"}, []int64{5}, nil, nil, false)
+			w.Watch(park(o, 1), []string{"k"}, []int64{5}, nil)
 			require.Equal(t, 1, w.CheckUpTo("k", 5))
 		} else {
-			w.Watch(park(o, 1), []string{"k"}, nil, nil, nil, false)
+			w.Watch(park(o, 1), []string{"k"}, nil, nil)
 			require.Equal(t, 1, w.Check("k"))
 		}
 		assert.Equal(t, 1, w.Watched(), "upTo=%v: only the completed entry went", upTo)
@@ -311,18 +311,18 @@ func TestWatchReportsChecksSinceMark(t *testing.T) {
 			if c.check != "" {
 				assert.Equal(t, 0, w.Check(c.check))
 			}
-			assert.Equal(t, c.missed, w.Watch(h, keys, nil, nil, &m, false))
+			assert.Equal(t, c.missed, w.Watch(h, keys, nil, &m))
 			assert.Equal(t, 2, w.Watched())
 		})
 	}
 
 	w := watchers.New[string](512)
-	assert.True(t, w.Watch(park(newOp(), 1), []string{"x"}, nil, nil, nil, false), "without marks")
+	assert.True(t, w.Watch(park(newOp(), 1), []string{"x"}, nil, nil), "without marks")
 	many := make([]string, 9)
 	for i := range many {
 		many[i] = fmt.Sprint("k", i)
 	}
 	var m watchers.Marks
 	w.Mark(many, &m)
-	assert.True(t, w.Watch(park(newOp(), len(many)), many, nil, nil, &m, false), "more keys than Marks follows")
+	assert.True(t, w.Watch(park(newOp(), len(many)), many, nil, &m), "more keys than Marks follows")
 }

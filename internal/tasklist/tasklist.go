@@ -1,0 +1,327 @@
+// Package tasklist is the timer's entry and bucket list (Kafka's
+// TimerTaskEntry and TimerTaskList), shared by package timer, which files
+// entries into buckets, and the operation lifecycle, whose operations are
+// timer entries. Both hold an entry through [Base], whose one method is
+// unexported: a type that embeds Base gets that method, and so satisfies
+// timer.Task's sealing, while none of the entry's fields or methods is
+// promoted to it, or to a user's type that embeds it in turn.
+//
+// # Ground rules
+//
+//   - State is the timer's: every change is a compare-and-swap (Cancel and
+//     firing need no lock). Aux is the owner's: the timer never touches it
+//     (the lifecycle keeps an operation's state there).
+//   - An entry's list, next and prev are written only under the mutex of
+//     the List it is linked into, and list is set only by a goroutine that
+//     holds the entry's add-lock (LockAdd, TryLockAdd), so no two goroutines
+//     link one entry at once. list is read without a lock to find which
+//     List to lock, then read again under that lock.
+//   - Expire and Delay are written by the holder of the add-lock (an Add);
+//     Owner is written once, before the entry is first added, and only read
+//     after.
+package tasklist
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Entry is one task's place in a timer. The zero Entry has never been
+// added.
+type Entry struct {
+	// State holds the timer's state (stateMask) and addLock.
+	State atomic.Uint32
+	// Aux is free for the entry's owner; the timer never reads or writes
+	// it.
+	Aux atomic.Uint32
+
+	list       atomic.Pointer[List] // the List it is linked into, or nil
+	next, prev *Entry               // guarded by list.mu
+
+	// Expire is when the entry is due, in nanoseconds on its timer's
+	// clock. The holder of the add-lock writes it; the timer reads it.
+	Expire int64
+	// Delay is what the next Add measures Expire from.
+	Delay time.Duration
+	// Owner is what the timer runs when the entry expires: the timer.Task
+	// that embeds it, or an operation (see package timer's run).
+	Owner any
+}
+
+// Task states, in the low bits of Entry.State.
+const (
+	stateIdle      uint32 = 0 // never added, or already fired
+	statePending   uint32 = 1 // in a List, or between Lists during a flush
+	stateCancelled uint32 = 2 // Cancel was called and no Add came after it
+	stateMask      uint32 = 3
+
+	// addLock is the licence to link the entry into a List: an Add holds
+	// it for the whole of its unlink and link, and the reaper while it
+	// refiles the entry one level down. It lives in the same word as the
+	// state so that a Cancel or a firing can change the state while it is
+	// held, and the holder sees that change when it lets go.
+	addLock uint32 = 4
+
+	// AddLock is addLock, for tests that play an Add holding it.
+	AddLock = addLock
+)
+
+// Base holds an Entry for a type that embeds it. Embedding Base promotes
+// only its unexported sealing method, never the Entry's fields or methods.
+type Base struct{ e Entry }
+
+func (b *Base) tasklistEntry() *Entry { return &b.e }
+
+// Sealed is implemented by every type that embeds a Base.
+type Sealed interface{ tasklistEntry() *Entry }
+
+// Of returns the Entry of s.
+func Of(s Sealed) *Entry { return s.tasklistEntry() }
+
+// EntryOf returns b's Entry.
+func EntryOf(b *Base) *Entry { return &b.e }
+
+// Cancel stops the entry from firing. It reports whether this call
+// prevented a pending run: false if it was never added, has fired, or was
+// cancelled before. It does not wait for a run that has started.
+func (e *Entry) Cancel() bool {
+	for {
+		w := e.State.Load()
+		st := w & stateMask
+		if st == stateCancelled {
+			return false
+		}
+		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
+			if st != statePending {
+				return false
+			}
+			e.Unlink()
+			return true
+		}
+	}
+}
+
+// IsCancelled reports whether Cancel was called and no Add came after.
+func (e *Entry) IsCancelled() bool { return e.State.Load()&stateMask == stateCancelled }
+
+// IsPending reports whether the entry waits in a timer.
+func (e *Entry) IsPending() bool { return e.State.Load()&stateMask == statePending }
+
+// Fire moves a pending entry to idle. Exactly one caller wins; that caller
+// runs the entry.
+func (e *Entry) Fire() bool {
+	for {
+		w := e.State.Load()
+		if w&stateMask != statePending {
+			return false
+		}
+		if e.State.CompareAndSwap(w, w&^stateMask|stateIdle) {
+			return true
+		}
+	}
+}
+
+// LockAdd takes the add-lock and marks the entry pending in one step.
+func (e *Entry) LockAdd() {
+	for spins := 0; ; spins++ {
+		w := e.State.Load()
+		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|statePending|addLock) {
+			return
+		}
+		// Another goroutine is adding the same entry, or a reaper
+		// refiling it: a short wait.
+		if spins > 8 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// TryLockAdd takes the add-lock without changing the state, if the entry is
+// pending and nobody holds it. The reaper uses it to refile an entry it
+// took out of a List: false means the entry was cancelled meanwhile, or
+// that an Add of it to another timer holds the lock and will place it.
+func (e *Entry) TryLockAdd() bool {
+	for {
+		w := e.State.Load()
+		if w&addLock != 0 || w&stateMask != statePending {
+			return false
+		}
+		if e.State.CompareAndSwap(w, w|addLock) {
+			return true
+		}
+	}
+}
+
+// UnlockAdd releases the add-lock. If the entry stopped being pending while
+// the lock was held (a Cancel, or a firing), it makes sure the entry is
+// unlinked: the Cancel may have looked for it before it was linked.
+func (e *Entry) UnlockAdd() {
+	if old := e.State.And(^addLock); old&stateMask != statePending {
+		e.Unlink()
+	}
+}
+
+// Unlink removes the entry from whatever List holds it. The List can
+// change under us (a flush, or a move by the holder of the add-lock), so
+// look again until it is nil. Once it is nil, only a holder of the
+// add-lock can link the entry again.
+func (e *Entry) Unlink() {
+	for {
+		l := e.list.Load()
+		if l == nil {
+			return
+		}
+		l.Remove(e)
+	}
+}
+
+// List returns the List the entry is linked into, or nil.
+func (e *Entry) List() *List { return e.list.Load() }
+
+// List is a circular doubly linked list of entries with a sentinel and a
+// lock of its own: one stripe of a timer bucket. Call Init before use.
+type List struct {
+	list
+	// What a link or an unlink writes (mu, count, root's links) is in the
+	// first cache line; the pad keeps Lists in an array on lines of their
+	// own.
+	_ [128 - listSize%128]byte
+}
+
+type list struct {
+	mu    sync.Mutex // guards root, count and the links of every entry in the list
+	count int64
+	root  Entry // sentinel: root.next is the oldest entry, root.prev the newest
+}
+
+// listSize is unsafe.Sizeof(list{}), which the compiler cannot use in
+// List's own definition (Entry refers to List). TestListSize checks it.
+const listSize = 8 + 8 + 64
+
+// Init makes l an empty list.
+func (l *List) Init() {
+	l.root.next = &l.root
+	l.root.prev = &l.root
+}
+
+// Insert links e at the tail if e is still pending and in no list, and
+// reports whether it did: false when a concurrent Cancel won, or when e
+// was added to another timer after this one's flush took it out. The
+// caller holds e's add-lock, without which nobody links an entry.
+func (l *List) Insert(e *Entry) bool {
+	l.mu.Lock()
+	if !e.IsPending() || e.list.Load() != nil {
+		l.mu.Unlock()
+		return false
+	}
+	e.list.Store(l)
+	tail := l.root.prev
+	e.next = &l.root
+	e.prev = tail
+	tail.next = e
+	l.root.prev = e
+	l.count++
+	l.mu.Unlock()
+	return true
+}
+
+// Remove unlinks e if it is still in l.
+func (l *List) Remove(e *Entry) {
+	l.mu.Lock()
+	if e.list.Load() == l {
+		l.unlinkLocked(e)
+	}
+	l.mu.Unlock()
+}
+
+func (l *List) unlinkLocked(e *Entry) {
+	e.next.prev = e.prev
+	e.prev.next = e.next
+	e.next = nil
+	e.prev = nil
+	e.list.Store(nil)
+	l.count--
+}
+
+// Lock locks l, for PopLocked.
+func (l *List) Lock() { l.mu.Lock() }
+
+// TryLock locks l if it is free. It is for tests.
+func (l *List) TryLock() bool { return l.mu.TryLock() }
+
+// Unlock unlocks l.
+func (l *List) Unlock() { l.mu.Unlock() }
+
+// PopLocked unlinks and returns the oldest entry, or nil if l is empty.
+// The caller holds l's lock.
+func (l *List) PopLocked() *Entry {
+	e := l.root.next
+	if e == &l.root {
+		return nil
+	}
+	l.unlinkLocked(e)
+	return e
+}
+
+// PopInto moves up to max entries into dst, oldest first, under one lock,
+// and returns dst.
+func (l *List) PopInto(dst []*Entry, max int) []*Entry {
+	l.mu.Lock()
+	for n := 0; n < max; n++ {
+		e := l.PopLocked()
+		if e == nil {
+			break
+		}
+		dst = append(dst, e)
+	}
+	l.mu.Unlock()
+	return dst
+}
+
+// Count returns the number of linked entries, read under the lock.
+func (l *List) Count() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count
+}
+
+// Walk counts the linked entries by following the links, and calls f, if
+// not nil, with each. It is for tests: it reports an error if a link does
+// not point back, an entry names another list, or the count is off.
+func (l *List) Walk(f func(*Entry)) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for e := l.root.next; e != &l.root; e = e.next {
+		if int64(n) >= l.count {
+			return n, fmt.Errorf("tasklist: a list longer than its count %d", l.count)
+		}
+		if e.next.prev != e {
+			return n, errors.New("tasklist: a broken link")
+		}
+		if e.list.Load() != l {
+			return n, errors.New("tasklist: an entry that names another list")
+		}
+		if f != nil {
+			f(e)
+		}
+		n++
+	}
+	if int64(n) != l.count || l.root.prev.next != &l.root {
+		return n, fmt.Errorf("tasklist: %d entries linked, count %d", n, l.count)
+	}
+	return n, nil
+}
+
+// HotEnd is where, from a List's start, what a link or an unlink writes
+// ends: the lock, the count and the sentinel's links. It is for tests of
+// the layout.
+func HotEnd() uintptr {
+	var l List
+	return unsafe.Offsetof(l.root) + unsafe.Offsetof(l.root.prev) + unsafe.Sizeof(l.root.prev)
+}

@@ -1,5 +1,0 @@
-//go:build !race
-
-package purgatory_test
-
-const raceEnabled = false
