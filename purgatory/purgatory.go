@@ -324,7 +324,9 @@ func (p *Purgatory[K, T]) NumDelayed() int {
 }
 
 // CancelForKey stops watching key and returns the pending operations that
-// were watching it, each once, in the order they were parked. Each is taken
+// were watching it, each once: those watching key without a level in the
+// order they were parked, then those watching it at a level (Leveled),
+// lowest level first and, at one level, in the order parked. Each is taken
 // out of the purgatory: its timeout is cancelled, it is released from all
 // its keys, and no callback runs. The caller owns them: answer them (a
 // ForceComplete still runs OnComplete) or drop them. They cannot be parked

@@ -1,6 +1,7 @@
 package timer_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -56,4 +57,36 @@ func TestMockTimerRunsDueTaskWithinAdd(t *testing.T) {
 	n := &named{name: "now", out: &out}
 	require.NoError(t, mt.Add(n))
 	assert.Equal(t, []string{"now"}, out, "as in Kafka's MockTimer, a due task runs before Add returns")
+}
+
+// Regression: near the end of the clock's range a MockTimer still never
+// runs a task before its deadline. A deadline past math.MaxInt64 (a
+// saturated one) or in a tick that starts past it never comes; one just
+// inside the range comes exactly on time.
+func TestMockTimerNeverEarlyAtTheEndOfTime(t *testing.T) {
+	mt := timer.NewMockTimer()
+	defer mt.Close()
+	mt.Advance(math.MaxInt64 - time.Hour)
+	var out []string
+	add := func(name string, d time.Duration) {
+		n := &named{name: name, out: &out}
+		n.SetDelay(d)
+		require.NoError(t, mt.Add(n))
+	}
+	add("max", math.MaxInt64)
+	add("max-1", math.MaxInt64-1)
+	add("hour", time.Hour) // due at exactly math.MaxInt64
+	add("hour-1ns", time.Hour-time.Nanosecond)
+	add("half", 30*time.Minute)
+
+	assert.Equal(t, 0, mt.Advance(30*time.Minute-time.Nanosecond))
+	assert.Equal(t, 1, mt.Advance(time.Nanosecond))
+	assert.Equal(t, []string{"half"}, out)
+	assert.Equal(t, 0, mt.Advance(30*time.Minute-2*time.Nanosecond))
+	assert.Equal(t, 1, mt.Advance(time.Nanosecond), "due at math.MaxInt64-1")
+	assert.Equal(t, []string{"half", "hour-1ns"}, out)
+	mt.Advance(time.Hour) // the clock saturates at math.MaxInt64
+	assert.Equal(t, math.MaxInt64, int(mt.Now()))
+	assert.Equal(t, []string{"half", "hour-1ns"}, out, "deadlines at or past the end of the range never come")
+	assert.Equal(t, 3, mt.Size(), "they stay pending, and cancellable")
 }

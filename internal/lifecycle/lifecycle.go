@@ -30,9 +30,9 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
-	"fmt"
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/tasklist"

@@ -1,0 +1,72 @@
+//go:build go1.25
+
+package purgatory_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/purgatory"
+)
+
+// A purgatory made with default options (its own timer and reaper) inside
+// a testing/synctest bubble runs on the bubble's fake time: a short and a
+// long timeout expire exactly at their deadlines, never a tick early; an
+// operation completed early never expires; and Shutdown leaves no
+// goroutine behind (synctest.Test fails if any is left in the bubble).
+func TestDefaultPurgatoryInsideSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := purgatory.New[string, *mockOp]("bubble", purgatory.WithTimeInPurgatory())
+		require.NoError(t, err)
+		start := time.Now()
+
+		expiredAt := func(op *mockOp) chan time.Duration {
+			at := make(chan time.Duration, 1)
+			op.OnCompleteHook = func() { at <- time.Since(start) }
+			return at
+		}
+		short, long, early := newOp(50*time.Millisecond), newOp(30*time.Second), newOp(time.Minute)
+		shortAt, longAt := expiredAt(short), expiredAt(long)
+		mustPark(t, p, short, "a")
+		mustPark(t, p, long, "b")
+		mustPark(t, p, early, "c")
+
+		time.Sleep(10 * time.Millisecond)
+		early.Ready.Store(true)
+		assert.Equal(t, 1, p.CheckAndComplete("c"))
+
+		time.Sleep(40*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		assert.Zero(t, short.Completes.Load(), "not a nanosecond early")
+		assert.Equal(t, 50*time.Millisecond, <-shortAt, "expired at its deadline, in fake time")
+		assert.Equal(t, int32(1), short.Expiries.Load())
+
+		time.Sleep(30*time.Second - 50*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		assert.Zero(t, long.Completes.Load(), "not a nanosecond early")
+		assert.Equal(t, 30*time.Second, <-longAt)
+		assert.Equal(t, int32(1), long.Expiries.Load())
+
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.Equal(t, int32(1), early.Completes.Load())
+		assert.Zero(t, early.Expiries.Load(), "completed early: never expired")
+
+		st := p.Stats()
+		assert.Equal(t, uint64(2), st.Expired)
+		assert.Equal(t, uint64(1), st.CompletedEarly)
+		assert.Equal(t, uint64(2), st.TimeInPurgatory.Expired.Count())
+		assert.Equal(t, 30*time.Second+50*time.Millisecond, st.TimeInPurgatory.Expired.Sum(),
+			"times measured on the bubble's clock")
+
+		parked := newOp(time.Hour)
+		mustPark(t, p, parked, "d")
+		require.NoError(t, p.Shutdown(context.Background()))
+		assert.Equal(t, int32(1), parked.Expiries.Load(), "Shutdown expires what is pending")
+	})
+}
