@@ -68,7 +68,7 @@ const MaxKeys = 1<<22 - 1
 //	f.Init(f, maxWait)
 //
 // The zero Base is not ready: a purgatory refuses it with ErrNotInitialised.
-// A Base must not be copied after Init. It is 80 bytes.
+// A Base must not be copied after Init.
 type Base struct {
 	state
 }

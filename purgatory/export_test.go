@@ -61,3 +61,13 @@ const PurgeStepSize = purgeStep
 // PurgeStepSlack is how far past PurgeStepSize a step may go: it reads
 // whole chunks of a list, at least two.
 const PurgeStepSlack = 2 * watchers.MaxChunk
+
+// TimerSize is t.Size() less the deferral's tick, if one is in t: the
+// timer entries of p's operations.
+func TimerSize[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], t interface{ Size() int }) int {
+	n := t.Size()
+	if p.deferred != nil && p.deferred.armed.Load() {
+		n--
+	}
+	return n
+}

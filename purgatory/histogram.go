@@ -15,10 +15,7 @@ import (
 // up to about 4.9 hours, and one above; it also keeps the smallest and
 // largest duration recorded. A bucket is at most 12.5% wider than its lower
 // bound, and a quantile read off the histogram lies in the same bucket as
-// the true one, and between Min and Max. Durations are measured to within
-// a few microseconds: on the system clock, the end of one is read from the
-// CPU's time-stamp counter where the kernel keeps time with it.
-// Histograms of any purgatories merge. The zero value is empty.
+// the true one, and between Min and Max. Histograms of any purgatories merge. The zero value is empty.
 type Histogram struct {
 	s hist.Snapshot
 }
@@ -163,7 +160,7 @@ func (t *TimeInPurgatory) Merged() Histogram {
 
 // MarshalJSON writes a summary of h: count, sum (in microseconds), and in
 // nanoseconds mean, min, the 50th, 90th, 99th and 99.9th percentiles, and
-// max. It is what Expvar shows.
+// max: what encoding/json, and so expvar, shows of a Stats.
 func (h Histogram) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Count uint64 `json:"count"`

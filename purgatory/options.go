@@ -82,7 +82,13 @@ func (c *config) validate() error {
 // makes expiry deterministic in tests.
 //
 // The timer receives each operation's timeout as a timer.Task; whatever
-// it wraps, the Task's Run expires the operation. A nil t (or a typed nil)
+// it wraps, the Task's Run expires the operation. If t reports its clock
+// with a method Now() time.Duration (timer.SystemTimer and
+// timer.MockTimer do), timeouts of 800 ms or more are added 0-400 ms of
+// that clock after the park, with the deadline fixed at park, and the
+// time in purgatory is measured on it; otherwise every timeout is added at
+// park (docs/purgatory.md, "Long timeouts wait before they enter the
+// timer"). A nil t (or a typed nil)
 // makes New return ErrInvalidOption.
 func WithTimer(t timer.Timer) Option {
 	return optionFunc(func(c *config) { c.timer, c.timerSet = t, true })
@@ -130,14 +136,11 @@ func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPen
 
 // WithTimeInPurgatory records how long each operation stays parked, by how
 // it ends, in Stats.TimeInPurgatory. Operations are timed on the timer's
-// clock (a MockTimer's in tests): the park's reading is the one the
-// deadline is measured from, and the completion reads the clock again,
-// through the CPU's time-stamp counter where the kernel keeps time with it
-// (to within microseconds), and adds to two atomic counters. That is about
-// 2% of a request completed right after its park, but 4-6% of one
-// completed later, its cache lines cold, as most are, and 6% of a request
-// in perf run C (docs/benchmarks.md). So it is off by default, and costs
-// nothing then.
+// clock when the timer has a Now method (a timer.SystemTimer's, a
+// timer.MockTimer's in tests), else on the runtime's monotonic clock: a
+// clock read at park and one at completion, two atomic adds, and 8 bytes
+// more on the operation's Handle. BenchmarkTimeInPurgatory measures its
+// cost; it is off by default, and costs nothing then.
 func WithTimeInPurgatory() Option { return optionFunc(func(c *config) { c.times = true }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending

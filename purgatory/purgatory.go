@@ -27,9 +27,14 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
-	// now reads the clock the time in purgatory is measured on (see
-	// WithTimeInPurgatory); read only with that option.
+	// now reads the timer's clock when the timer reports it (a Now
+	// method), else the runtime's monotonic clock since New: the clock
+	// the time in purgatory is measured on, and held timeouts' deadlines
+	// are fixed on. A park reads it only when it needs it.
 	now func() int64
+	// deferred holds long timeouts back (deferral.go); nil when the timer
+	// does not report its clock, or there is no timer.
+	deferred *deferral
 	// hooks are the points of TryCompleteElseWatch and CancelForKey
 	// where a test runs a competitor; nil outside this package's tests.
 	hooks *hooks
@@ -147,8 +152,12 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
+	var timerClock bool
+	p.now, timerClock = clockOf(p.timer)
+	if timerClock {
+		p.deferred = newDeferral(p.timer, p.settleAdd)
+	}
 	if c.times {
-		p.now = clockOf(p.timer)
 		p.tracker.Now = p.now
 	}
 	if c.noReaper {
@@ -211,8 +220,11 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return false, ErrFull
 	}
 
+	// A long timeout waits in the deferral before it enters the timer,
+	// with its deadline fixed now, on the timer's clock.
+	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
 	var now int64
-	if p.now != nil {
+	if hold || p.tracker.Now != nil {
 		now = p.now()
 	}
 	l := lifecycle.LockForPark(o)
@@ -248,7 +260,10 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	p.at(stepUnlocked)
 	if p.timer != nil && !lifecycle.IsCompleted(o) {
-		if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
+		if hold {
+			lifecycle.PresetDeadline(o, now)
+			p.deferred.hold(o, h)
+		} else if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
 			return false, nil
 		}
 	}
@@ -500,6 +515,9 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 				_ = p.timer.Close()
 			}
 			<-p.reaped
+			if p.deferred != nil {
+				p.deferred.clear()
+			}
 			close(p.stopped)
 		}()
 	})
@@ -547,17 +565,17 @@ func (p *Purgatory[K, T]) levels(op T, keys []K) []int64 {
 	return levels
 }
 
-// clockOf returns the clock the time in purgatory is measured on: t's own
-// (a timer.SystemTimer's or a timer.MockTimer's, or any Timer with a Now
-// method), so that a MockTimer test sees times in its own clock; for any
-// other timer, or none, the monotonic time since New. Either way it is the
-// runtime's time, which a testing/synctest bubble fakes.
-func clockOf(t timer.Timer) func() int64 {
+// clockOf returns the purgatory's clock: t's own if t reports it (a
+// timer.SystemTimer's or a timer.MockTimer's, or any Timer with a Now
+// method), and true; for any other timer, or none, the monotonic time
+// since New, and false. Either way it is the runtime's time, which a
+// testing/synctest bubble fakes.
+func clockOf(t timer.Timer) (now func() int64, timers bool) {
 	if c, ok := t.(interface{ Now() time.Duration }); ok {
-		return func() int64 { return int64(c.Now()) }
+		return func() int64 { return int64(c.Now()) }, true
 	}
 	start := time.Now()
-	return func() int64 { return int64(time.Since(start)) }
+	return func() int64 { return int64(time.Since(start)) }, false
 }
 
 // isNil reports whether v is nil or a nil pointer: a typed nil in an

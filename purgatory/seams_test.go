@@ -97,6 +97,11 @@ var competitors = []seamCompetitor{
 // at step.
 func lockHeld(step purgatory.Step) bool { return step <= purgatory.StepWatched }
 
+// seamTimeout is the seam tests' operations' timeout: below the deferral's
+// threshold, so that the timeout enters the timer at park, between the
+// steps. deferral_test.go runs competitors against a held timeout.
+const seamTimeout = 500 * time.Millisecond
+
 // stepInAdd is one more point, inside the timer's Add, before the entry is
 // linked: a wrapping Timer reaches it.
 const stepInAdd = purgatory.Step(100)
@@ -152,7 +157,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &seam{t: t, p: p, op: newOp(time.Minute, operation.WithContext(ctx)), cancel: cancel}
+	s := &seam{t: t, p: p, op: newOp(seamTimeout, operation.WithContext(ctx)), cancel: cancel}
 	lo := lifecycle.Of(s.op)
 
 	// reached is signalled when the competitor has finished, or is blocked
@@ -224,7 +229,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 		st := p.Stats()
 		assert.Equal(t, 1, st.Pending)
 		assert.Equal(t, len(seamKeys)-1+1, st.Watched, "watched on both keys")
-		assert.Equal(t, 1, mt.Size())
+		assert.Equal(t, 1, purgatory.TimerSize(p, mt))
 		require.NoError(t, p.Shutdown(context.Background()))
 		want = "shutdown"
 	}
@@ -277,7 +282,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 	assert.Equal(t, completes, s.op.Completes.Load(), "OnComplete")
 	assert.Equal(t, expiries, s.op.Expiries.Load(), "OnExpiration")
 	assert.Equal(t, cause, s.op.Cause())
-	assert.Equal(t, 0, mt.Size(), "left in the timer")
+	assert.Equal(t, 0, purgatory.TimerSize(p, mt), "left in the timer")
 
 	// Nothing the purgatory, its timer or the context holds still reaches
 	// the operation.
@@ -318,7 +323,7 @@ func TestCancelForKeySeam(t *testing.T) {
 			p, mt := newMockPurgatory(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			op := newOp(time.Minute, operation.WithContext(ctx))
+			op := newOp(seamTimeout, operation.WithContext(ctx))
 			mustPark(t, p, op, "a", "b")
 			defer purgatory.SetStepHook(p, func(s purgatory.Step) {
 				if s == purgatory.StepCancelRemoved {
@@ -333,7 +338,7 @@ func TestCancelForKeySeam(t *testing.T) {
 			assert.Equal(t, uint64(0), st.Cancelled)
 			assert.Equal(t, 0, st.Pending)
 			assert.Equal(t, 0, st.Watched)
-			assert.Equal(t, 0, mt.Size())
+			assert.Equal(t, 0, purgatory.TimerSize(p, mt))
 		})
 	}
 }

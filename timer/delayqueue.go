@@ -3,7 +3,9 @@ package timer
 import (
 	"container/heap"
 	"math"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,18 +35,43 @@ type delayQueue struct {
 	// clock it is a time.Timer, so a poll sleeps on the runtime's timers,
 	// and inside a testing/synctest bubble on the bubble's fake time.
 	timer ClockTimer
+
+	// lateAt is the clock time after which the goroutine advancing the
+	// clock counts as late (see nudge): nudgeAfter after the head bucket
+	// is due while its poll sleeps, nudgeAfter after it last woke while
+	// it works, and math.MaxInt64 with nothing queued or between
+	// AdvanceClocks. Every Add reads it; the advancing goroutine, a nudge
+	// and an offer of a new head write it, so it has a cache line of its
+	// own.
+	_      [64]byte
+	lateAt atomic.Int64
+	_      [56]byte
+
+	// polling is set while a poll runs, for offer.
+	polling atomic.Bool
 }
+
+// nudgeAfter is how late the goroutine advancing the clock may be before an
+// Add nudges it. A poll on time wakes within about a millisecond of its
+// bucket (the runtime's timers wake on millisecond boundaries), so two
+// milliseconds late means it has not been run: every processor is held by
+// goroutines that do not pass through the scheduler, such as a loop that
+// parks requests and the collector's mark worker, and the runtime runs the
+// poll's timer only when one of them is preempted, 10 ms or more later.
+const nudgeAfter = 2 * time.Millisecond
 
 func newDelayQueue(now func() time.Duration, clock Clock, tick time.Duration) *delayQueue {
 	t := clock.NewTimer(time.Hour)
 	t.Stop()
-	return &delayQueue{
+	q := &delayQueue{
 		now:       now,
 		tickNano:  int64(tick),
 		wake:      make(chan struct{}, 1),
 		interrupt: make(chan struct{}, 1),
 		timer:     t,
 	}
+	q.lateAt.Store(math.MaxInt64)
+	return q
 }
 
 // offer queues b by its current expiration, or moves it if it is queued.
@@ -57,8 +84,16 @@ func (q *delayQueue) offer(b *bucket) {
 		heap.Push(&q.items, b)
 	}
 	head := q.items[0] == b
+	due := q.dueAt(b.due)
 	q.mu.Unlock()
 	if head {
+		// A poll sleeping for a later bucket, or for none, is late if it
+		// has not woken for this one nudgeAfter after it is due.
+		at := int64(addSat(due, nudgeAfter))
+		if q.polling.Load() {
+			for old := q.lateAt.Load(); at < old && !q.lateAt.CompareAndSwap(old, at); old = q.lateAt.Load() {
+			}
+		}
 		select {
 		case q.wake <- struct{}{}:
 		default:
@@ -88,12 +123,16 @@ func (q *delayQueue) pollDue(now time.Duration) *bucket {
 // nil when the timeout passes or the queue is interrupted.
 func (q *delayQueue) poll(timeout time.Duration) *bucket {
 	deadline := addSat(q.now(), max(timeout, 0))
+	q.polling.Store(true)
+	defer q.polling.Store(false)
 	for {
 		now := q.now()
+		q.working(now)
 		q.mu.Lock()
 		wait := deadline - now
+		headDue := time.Duration(math.MaxInt64) // nothing queued
 		if len(q.items) > 0 {
-			headDue := q.dueAt(q.items[0].due)
+			headDue = q.dueAt(q.items[0].due)
 			if headDue <= now {
 				b := heap.Pop(&q.items).(*bucket)
 				q.mu.Unlock()
@@ -105,6 +144,11 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 		if wait <= 0 {
 			return nil
 		}
+		// Late nudgeAfter after the head is due, even when this wait ends
+		// first, at the deadline: a wake for the deadline that comes late
+		// holds off the next poll, and so the bucket, just as long. With
+		// nothing queued, nothing is late (addSat saturates).
+		q.lateAt.Store(int64(addSat(headDue, nudgeAfter)))
 		q.timer.Reset(wait)
 		select {
 		case <-q.timer.C():
@@ -115,6 +159,47 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 			return nil
 		}
 	}
+}
+
+// working marks the goroutine advancing the clock as awake at now: it is
+// late if it has not waited again, or called working again, nudgeAfter
+// later.
+func (q *delayQueue) working(now time.Duration) {
+	q.lateAt.Store(int64(addSat(now, nudgeAfter)))
+}
+
+// done marks the end of an AdvanceClock: nothing is late until the next.
+func (q *delayQueue) done() { q.lateAt.Store(math.MaxInt64) }
+
+// late reports whether the goroutine advancing the clock is late at now.
+// It is one load of a line that changes about once a bucket, so every Add
+// can afford to ask.
+func (q *delayQueue) late(now int64) bool { return now > q.lateAt.Load() }
+
+// nudge wakes a late poll and yields the caller's processor, so that the
+// goroutine advancing the clock can run there. The runtime runs a sleeping
+// goroutine's timer, or a runnable goroutine, only when a processor passes
+// through the scheduler, which a loop of Adds on a machine whose every
+// processor is busy does not do: an Add that finds the expiries late gives
+// way to them. Of the Adds that find the same lateness, one nudges; if the
+// goroutine has still not run nudgeAfter later, the next Add nudges again.
+//
+// It depends only on the timer's clock, so it is the same on every clock,
+// and it does nothing where the goroutine advancing the clock cannot fall
+// behind: on a MockClock nothing polls (MockTimer advances with pollDue),
+// and inside a testing/synctest bubble fake time moves only once every
+// goroutine is blocked, so the poll wakes before its bucket is late.
+// BenchmarkExpiry and perf run D (docs/benchmarks.md) show what it buys.
+func (q *delayQueue) nudge(now int64) {
+	at := q.lateAt.Load()
+	if now <= at || !q.lateAt.CompareAndSwap(at, now+int64(nudgeAfter)) {
+		return
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	runtime.Gosched()
 }
 
 // stop makes a poll in progress, or the next one, return nil at once.

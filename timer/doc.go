@@ -5,7 +5,7 @@
 // It relates to [time.AfterFunc] as a bulk tool does to a general one. The
 // runtime's timers keep a heap per P, so each start and stop is O(log n),
 // each timer is its own 100-plus-byte allocation, and every expiry starts a
-// goroutine. Here a task embeds a 64-byte [TaskBase] and nothing else is
+// goroutine. Here a task embeds a [TaskBase] and nothing else is
 // allocated; Add is O(number of wheel levels), Cancel is O(1), and expired
 // tasks run on a fixed set of executor goroutines.
 //
@@ -99,18 +99,20 @@
 // AdvanceClock sleeps on one reusable timer until the earliest bucket is due
 // (or an Add queues an earlier one), handles it and every other due bucket,
 // and sleeps again. An idle timer therefore costs nothing, and a timer whose
-// next task is an hour away wakes once, not 3.6 million times. The runtime's
-// timers wake on millisecond boundaries, so on Linux the last 2 ms before a
-// due bucket are slept with nanosleep. When every processor is busy the
-// runtime may not run the sleeping goroutine for 10 ms or more; an Add that
-// finds it 2 ms late wakes it and yields (see SystemTimer.Add).
+// next task is an hour away wakes once, not 3.6 million times. The wait is
+// a runtime timer (time.Timer on the system clock) and the time is read with
+// time.Since, so a timer inside a testing/synctest bubble runs on the
+// bubble's fake time, and one on a MockClock on the mock's.
 //
 // # Precision
 //
 // A task never runs before its deadline. Deadlines are rounded up to the next
 // tick, so a task runs no later than one tick after its deadline, plus the
 // time the reaper and executor take to get to it (scheduling, and on a busy
-// machine waiting for a processor). docs/timer.md has measured figures.
+// machine waiting for a processor). A deadline at or past the end of the
+// clock's range (math.MaxInt64 nanoseconds after its origin, 292 years) never
+// comes: such a task stays pending until cancelled. docs/timer.md has
+// measured figures.
 //
 // # Locks
 //

@@ -185,6 +185,13 @@ const never = math.MaxInt64
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes.
+//
+// An Add that finds the goroutine advancing the clock more than 2 ms behind
+// its clock (asleep past a due bucket, or in one AdvanceClock for that
+// long) wakes it and yields the processor once (runtime.Gosched): on a
+// machine whose processors are all busy, a loop that adds tasks would
+// otherwise hold off the expiries until the runtime preempts it. At most
+// one Add does so every 2 ms.
 func (t *SystemTimer) Add(task Task) error {
 	if isNil(task) {
 		return ErrNilTask
@@ -200,11 +207,14 @@ func (t *SystemTimer) Add(task Task) error {
 	if e.Owner == nil {
 		e.Owner = task
 	}
-	e.Expire = deadline(int64(e.Delay), int64(t.now()))
+	now := int64(t.now())
+	if !e.HasPresetDeadline() {
+		e.Expire = tasklist.Deadline(int64(e.Delay), now)
+	}
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()
-	due := e.Delay <= 0
+	due := e.Expire <= now
 	if !due {
 		if tick := t.tickOf(e.Expire); tick == never {
 			t.never.Insert(e)
@@ -215,6 +225,9 @@ func (t *SystemTimer) Add(task Task) error {
 	run := due && e.Fire()
 	e.UnlockAdd()
 	mu.RUnlock()
+	if t.queue.late(now) {
+		t.queue.nudge(now) // the expiries are late: give way to them
+	}
 	if run {
 		t.fired.Add(1)
 		if t.exec != nil {
@@ -234,8 +247,11 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	if t.shut.Load() {
 		return false // nothing will ever be due: do not wait for the timeout
 	}
+	defer t.queue.done()
 	if t.backlogLen.Load() > 0 {
-		return t.step(t.queue.pollDue(t.now()))
+		now := t.now()
+		t.queue.working(now)
+		return t.step(t.queue.pollDue(now))
 	}
 	t.pollMu.Lock()
 	b := t.queue.poll(timeout)
@@ -528,17 +544,4 @@ func (t *SystemTimer) runTask(e *tasklist.Entry) {
 		}
 	}()
 	run(e)
-}
-
-// deadline returns when an entry with delay nanoseconds is due if added at
-// now: now+delay, math.MaxInt64 if that overflows (a deadline no clock
-// reaches: see tickOf), and now for a delay of zero or less.
-func deadline(delay, now int64) int64 {
-	switch {
-	case delay <= 0:
-		return now
-	case delay > math.MaxInt64-now:
-		return math.MaxInt64
-	}
-	return now + delay
 }

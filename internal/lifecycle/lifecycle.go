@@ -512,3 +512,12 @@ func CancelTimerIfDone(o *Op) {
 		o.entry().Cancel()
 	}
 }
+
+// PresetDeadline fixes the operation's timer deadline at now plus its
+// timeout, now being a reading of its timer's clock: the Add that comes
+// later keeps it (tasklist.Entry.PresetDeadline). The caller has parked
+// the operation and hands it to that Add through a mutex.
+func PresetDeadline(o *Op, now int64) {
+	e := o.entry()
+	e.PresetDeadline(tasklist.Deadline(int64(e.Delay), now))
+}

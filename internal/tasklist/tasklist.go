@@ -24,6 +24,7 @@ package tasklist
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,36 @@ const (
 
 	// AddLock is addLock, for tests that play an Add holding it.
 	AddLock = addLock
+
+	// preset says that the owner fixed Expire (PresetDeadline): an Add
+	// keeps it rather than measuring Delay from its clock.
+	preset uint32 = 8
 )
+
+// PresetDeadline fixes the entry's deadline at d, on its timer's clock:
+// the next Add keeps it instead of measuring Delay from the time of the
+// Add. Call it before the entry is handed to whoever will Add it, with a
+// happens-before edge to that Add (a mutex, a channel).
+func (e *Entry) PresetDeadline(d int64) {
+	e.Expire = d
+	e.State.Or(preset)
+}
+
+// HasPresetDeadline reports whether PresetDeadline fixed Expire.
+func (e *Entry) HasPresetDeadline() bool { return e.State.Load()&preset != 0 }
+
+// Deadline returns when an entry with delay nanoseconds is due if added at
+// now: now+delay, math.MaxInt64 if that overflows (a deadline no clock
+// reaches), and now for a delay of zero or less.
+func Deadline(delay, now int64) int64 {
+	switch {
+	case delay <= 0:
+		return now
+	case delay > math.MaxInt64-now:
+		return math.MaxInt64
+	}
+	return now + delay
+}
 
 // Base holds an Entry for a type that embeds it. Embedding Base promotes
 // only its unexported sealing method, never the Entry's fields or methods.

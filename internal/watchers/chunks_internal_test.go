@@ -45,7 +45,7 @@ func TestChunksGrowThroughTheirCapacities(t *testing.T) {
 		total += n
 	}
 	for range total + 2*MaxChunk {
-		c.push(h)
+		c.Push(h)
 	}
 	var caps []int
 	for _, ch := range c {

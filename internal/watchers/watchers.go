@@ -355,7 +355,7 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, m *Ma
 
 // push appends h. The caller holds the shard's lock.
 func (l *list[K]) push(h *lifecycle.Handle) {
-	l.chunks.push(h)
+	l.chunks.Push(h)
 	l.n++
 }
 
@@ -363,8 +363,8 @@ func (l *list[K]) push(h *lifecycle.Handle) {
 // allocated full size: entries are never copied as it grows.
 type Chunks [][]*lifecycle.Handle
 
-// push appends h to the last chunk, or to a new one if that is full.
-func (c *Chunks) push(h *lifecycle.Handle) {
+// Push appends h to the last chunk, or to a new one if that is full.
+func (c *Chunks) Push(h *lifecycle.Handle) {
 	last := len(*c) - 1
 	if last < 0 || len((*c)[last]) == cap((*c)[last]) {
 		prev := 0
