@@ -55,12 +55,12 @@ func (p *Purgatory[K, T]) installHooks() {
 	}
 }
 
-// PurgeStepSize is how many watch entries a step of the purge visits.
-const PurgeStepSize = purgeStep
+// PurgeSliceSize is how many watch entries a slice of the purge visits.
+const PurgeSliceSize = purgeSlice
 
-// PurgeStepSlack is how far past PurgeStepSize a step may go: it reads
+// PurgeSliceSlack is how far past PurgeSliceSize a step may go: it reads
 // whole chunks of a list, at least two.
-const PurgeStepSlack = 2 * watchers.MaxChunk
+const PurgeSliceSlack = 2 * watchers.MaxChunk
 
 // TimerSize is t.Size() less the deferral's tick, if one is in t: the
 // timer entries of p's operations.

@@ -52,7 +52,7 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// counter of its own on the request path. Guarded by purgeMu.
 	purgedAt     uint64
 	purgeMu      sync.Mutex
-	purging      atomic.Bool // a purge round is under way, a step at a time
+	purging      atomic.Bool // a purge round is under way, a slice at a time
 	leavePending bool
 
 	closed   atomic.Bool
@@ -397,10 +397,10 @@ func (p *Purgatory[K, T]) Stats() Stats {
 
 // AdvanceClock advances the timer, waiting up to timeout for a due bucket,
 // and purges completed operations from the watch lists once Kafka's
-// estimate says enough have piled up: one step of the purge, of about
+// estimate says enough have piled up: one slice of the purge, of about
 // 16,000 entries, a call, so that a purge of a hot key does not hold up
 // expiries. The reaper calls it in a loop; call it yourself only with
-// WithoutReaper, and regularly: a purge takes as many calls as it has steps.
+// WithoutReaper, and regularly: a purge takes as many calls as it has slices.
 func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 	if p.timer != nil {
 		p.timer.AdvanceClock(timeout)
@@ -417,7 +417,7 @@ func (p *Purgatory[K, T]) AdvanceClock(timeout time.Duration) {
 // tombstones (the operations themselves are released at completion), so
 // letting up to as many as there are live entries wait costs little.
 //
-// A round of the purge is done in steps of purgeStep entries, one each
+// A round of the purge is done in slices of purgeSlice entries, one each
 // call, so that a hot key's list of hundreds of thousands of entries does
 // not hold up the expiries the reaper runs, nor the Watches of that key.
 func (p *Purgatory[K, T]) maybePurge() {
@@ -426,19 +426,19 @@ func (p *Purgatory[K, T]) maybePurge() {
 	if !p.purging.Load() && !p.purgeDue() {
 		return
 	}
-	n, more := p.watchers.PurgeStep(purgeStep)
+	n, more := p.watchers.PurgeSlice(purgeSlice)
 	p.purging.Store(more)
 	if n > 0 {
 		p.purged.Add(uint64(n))
 	}
 }
 
-// purgeStep is how many watch entries a step of the purge visits: about
-// 0.1-0.5 ms of work. At one step a millisecond that is 16 million entries
+// purgeSlice is how many watch entries a slice of the purge visits: about
+// 0.1-0.5 ms of work. At one slice a millisecond that is 16 million entries
 // a second, above the 6 million that a million completions a second on
 // three keys leave to visit (each round visits the live entries too, and
 // no more of them than dead ones).
-const purgeStep = 1 << 14
+const purgeSlice = 1 << 14
 
 // purgePoll is how long the reaper waits for the timer while a purge round
 // is under way, so that the round goes on when nothing expires.

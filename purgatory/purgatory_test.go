@@ -134,13 +134,13 @@ func TestRequestPurge(t *testing.T) {
 	assert.Equal(t, uint64(6), p.Stats().Purged)
 }
 
-// A hot key's purge is done a step at a time: one AdvanceClock visits
-// about PurgeStepSize entries, so that the reaper (which calls it in a
+// A hot key's purge is done a slice at a time: one AdvanceClock visits
+// about PurgeSliceSize entries, so that the reaper (which calls it in a
 // loop) keeps expiring operations while a list of hundreds of thousands is
 // purged, and the rest of the round follows on the next calls.
 func TestPurgeOfAHotKeyInSteps(t *testing.T) {
 	p, _ := newMockPurgatory(t)
-	n := purgatory.PurgeStepSize + purgatory.PurgeStepSize/2
+	n := purgatory.PurgeSliceSize + purgatory.PurgeSliceSize/2
 	ops := make([]*mockOp, n)
 	for i := range ops {
 		ops[i] = newOp(time.Hour)
@@ -152,7 +152,7 @@ func TestPurgeOfAHotKeyInSteps(t *testing.T) {
 	p.AdvanceClock(0)
 	first := p.Stats().Purged
 	assert.Positive(t, first)
-	assert.LessOrEqual(t, first, uint64(purgatory.PurgeStepSize+purgatory.PurgeStepSlack), "one step")
+	assert.LessOrEqual(t, first, uint64(purgatory.PurgeSliceSize+purgatory.PurgeSliceSlack), "one step")
 	for i := 0; p.Stats().Purged < uint64(n-1); i++ {
 		require.Less(t, i, 10, "the round does not end: %d purged", p.Stats().Purged)
 		p.AdvanceClock(0)

@@ -32,7 +32,7 @@ func newExecutor(workers int, run func(*tasklist.Entry)) *executor {
 }
 
 // submit queues tasks for the workers. After close it runs them on the
-// caller instead: a task that fired must run, and a step that collected it
+// caller instead: a task that fired must run, and a turn that collected it
 // just before Close would otherwise hand it to workers that have exited.
 func (x *executor) submit(tasks ...*tasklist.Entry) {
 	x.mu.Lock()

@@ -86,7 +86,7 @@ type SystemTimer struct {
 	wheel   *wheel            // finest level; coarser ones hang off it
 	closed  bool              // guarded by mu
 	shut    atomic.Bool       // closed, readable without mu
-	expired []*tasklist.Entry // expired entries of one step, guarded by mu (write)
+	expired []*tasklist.Entry // expired entries of one turn, guarded by mu (write)
 	flushed []*tasklist.Entry // entries taken out of a bucket while they are refiled, guarded by mu (write)
 	backlog []*bucket         // coarse buckets being moved down, guarded by mu (write)
 
@@ -167,6 +167,10 @@ func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
 // never, and the entry waits in t.never, outside the wheels, until it is
 // cancelled. Rounding it into the last tick instead would run it early.
 func (t *SystemTimer) tickOf(deadline int64) int64 {
+	if deadline <= math.MaxInt64-t.tick {
+		// The tick that starts at or after deadline starts in range.
+		return t.per.div(deadline + t.tick - 1)
+	}
 	if deadline == math.MaxInt64 {
 		return never
 	}
@@ -251,7 +255,7 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	if t.backlogLen.Load() > 0 {
 		now := t.now()
 		t.queue.working(now)
-		return t.step(t.queue.pollDue(now))
+		return t.turn(t.queue.pollDue(now))
 	}
 	t.pollMu.Lock()
 	b := t.queue.poll(timeout)
@@ -259,20 +263,20 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	if b == nil {
 		return false
 	}
-	return t.step(b)
+	return t.turn(b)
 }
 
 // advanceDue does what is due now, and one chunk of moving down, without
 // waiting.
 func (t *SystemTimer) advanceDue() bool {
-	return t.step(t.queue.pollDue(t.now()))
+	return t.turn(t.queue.pollDue(t.now()))
 }
 
 const (
 	// handOffEvery is how many expired tasks a flush collects before handing
 	// them to the executor without waiting for the flush to end.
 	handOffEvery = 1024
-	// cascadeChunk is how many entries of coarse buckets one step moves
+	// cascadeChunk is how many entries of coarse buckets one turn moves
 	// down: about 50-100µs of work, so that the buckets of the finest level,
 	// whose tasks are due, are never kept waiting longer than that.
 	cascadeChunk = 1024
@@ -281,7 +285,7 @@ const (
 	maxKeptFlush = 8192
 )
 
-// step is the body of AdvanceClock, under the write lock:
+// turn is one turn of AdvanceClock, under the write lock:
 //
 //  1. Handle b, if any, and every other bucket that is due. A bucket of the
 //     finest level is flushed: its tasks are due and are handed to the
@@ -296,7 +300,7 @@ const (
 // the start of a backlog bucket's span, that backlog bucket is moved down
 // completely (and the bucket is put back, since moving down may create
 // earlier ones).
-func (t *SystemTimer) step(b *bucket) bool {
+func (t *SystemTimer) turn(b *bucket) bool {
 	t.mu.lock()
 	if t.closed {
 		t.mu.unlock()

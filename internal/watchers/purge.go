@@ -8,19 +8,19 @@ import (
 // A purge visits every entry of every list, and a hot key can hold
 // hundreds of thousands. Done in one go, under the shard's lock and on the
 // reaper, it held up every expiry and every Watch of that key for tens of
-// milliseconds. So the purgatory purges in steps: each PurgeStep visits
+// milliseconds. So the purgatory purges in slices: each PurgeSlice visits
 // about a budget of entries, holds a shard's lock for one list's share of
-// them at a time, and leaves a cursor for the next step.
+// them at a time, and leaves a cursor for the next slice.
 //
-// Between steps anything may happen to a list: pushes append to it, a
+// Between slices anything may happen to a list: pushes append to it, a
 // check compacts it whole, it is emptied and removed, or freed and reused
 // for another key. The cursor tolerates all of it. Packing a run of chunks
 // (or of levelled entries) in place is correct wherever the run starts, so
-// a cursor made stale by a compaction only makes the step skip or revisit
+// a cursor made stale by a compaction only makes the slice skip or revisit
 // some entries; a list out of its shard's map (gone) is left alone, since
 // Remove reads it after letting go of the lock.
 
-// purgeRound is the state of a purge done in steps. It is guarded by mu,
+// purgeRound is the state of a purge done in slices. It is guarded by mu,
 // and the lists it points into by their shards' locks.
 type purgeRound[K comparable] struct {
 	mu    sync.Mutex
@@ -29,22 +29,22 @@ type purgeRound[K comparable] struct {
 	lists []*list[K] // that shard's lists, taken when the visit began
 	next  int        // the next of lists to visit
 	cur   *list[K]   // the list being compacted, or nil
-	chunk int        // where in cur.chunks the next step starts
-	level int        // where in cur.lv the next step starts
+	chunk int        // where in cur.chunks the next slice starts
+	level int        // where in cur.lv the next slice starts
 }
 
 // maxKeptLists is the largest list snapshot kept between rounds.
 const maxKeptLists = 4096
 
-// PurgeStep does the next part of a purge, visiting about budget entries,
+// PurgeSlice does the next part of a purge, visiting about budget entries,
 // and reports how many tombstones it dropped and whether the round has
-// more to do. The first step after a round has ended starts another. A
+// more to do. The first slice after a round has ended starts another. A
 // round visits every list that was in the map when it reached the list's
 // shard, drops the tombstones it finds and the lists left empty (Kafka's
 // purgeCompleted and removeKeyIfEmpty, a part at a time). A list compacted
-// by a check between two steps may have some entries skipped until the
+// by a check between two slices may have some entries skipped until the
 // next round; they are the fewer for that compaction.
-func (w *Watchers[K]) PurgeStep(budget int) (purged int, more bool) {
+func (w *Watchers[K]) PurgeSlice(budget int) (purged int, more bool) {
 	ps := &w.purge
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -71,7 +71,7 @@ func (w *Watchers[K]) PurgeStep(budget int) (purged int, more bool) {
 		l, done := ps.cur, true
 		if !l.gone {
 			var dropped, visited int
-			dropped, visited, done = l.purgeStepLocked(&ps.chunk, &ps.level, budget-used)
+			dropped, visited, done = l.purgeSliceLocked(&ps.chunk, &ps.level, budget-used)
 			purged += dropped
 			used += visited
 			if done && l.empty() {
@@ -112,14 +112,14 @@ func (w *Watchers[K]) nextShardLocked(ps *purgeRound[K]) bool {
 	return true
 }
 
-// purgeStepLocked drops the tombstones among about budget entries of l,
+// purgeSliceLocked drops the tombstones among about budget entries of l,
 // from the cursor on (plain entries from chunk *chunk, then levelled ones
 // from *level), moves the cursor past them, and reports how many it
 // dropped, how many it visited, and whether it reached the end of l. The
 // caller holds the shard's lock.
-func (l *list[K]) purgeStepLocked(chunk, level *int, budget int) (dropped, visited int, done bool) {
+func (l *list[K]) purgeSliceLocked(chunk, level *int, budget int) (dropped, visited int, done bool) {
 	if *chunk < len(l.chunks) {
-		// At least two chunks: a step that starts in a part-full chunk must
+		// At least two chunks: a slice that starts in a part-full chunk must
 		// also read the next one to get anywhere.
 		start, end := *chunk, *chunk
 		for end < len(l.chunks) && (visited < budget || end-start < 2) {
@@ -164,7 +164,7 @@ func (l *list[K]) purgeStepLocked(chunk, level *int, budget int) (dropped, visit
 		}
 		l.chunks = slices.Delete(l.chunks, empty, end)
 		l.n -= dropped
-		// The next step starts at the chunk this one left part full, so
+		// The next slice starts at the chunk this one left part full, so
 		// that it is filled and partial chunks do not pile up.
 		*chunk = empty
 		if wi > 0 && wi < cap(l.chunks[wc]) {

@@ -104,13 +104,13 @@ func watchMany(t *testing.T, w *Watchers[string], key string, n, keep int, level
 	return ops
 }
 
-// endRound calls PurgeStep(budget) until the round under way ends, calling
+// endRound calls PurgeSlice(budget) until the round under way ends, calling
 // each (if not nil) with what each step purged, and returns the steps.
 func endRound(t *testing.T, w *Watchers[string], budget int, each func(purged int)) int {
 	t.Helper()
 	for steps := 1; ; steps++ {
 		require.Less(t, steps, 10000, "the round does not end")
-		purged, more := w.PurgeStep(budget)
+		purged, more := w.PurgeSlice(budget)
 		if each != nil {
 			each(purged)
 		}
@@ -120,7 +120,7 @@ func endRound(t *testing.T, w *Watchers[string], budget int, each func(purged in
 	}
 }
 
-// A purge in steps of random sizes against a reference, with everything
+// A purge in slices of random sizes against a reference, with everything
 // that can happen to a list between two steps: watches, plain and
 // levelled; completions; checks, which compact the list whole; and
 // removals, which take the list out of the map (a step must then leave it
@@ -129,7 +129,7 @@ func endRound(t *testing.T, w *Watchers[string], budget int, each func(purged in
 // layout and each key is watched by exactly the live operations the
 // reference says, plain ones in the order they came. At the end, a round
 // with nothing between its steps leaves no tombstone.
-func TestPurgeStepModel(t *testing.T) {
+func TestPurgeSliceModel(t *testing.T) {
 	keys := []string{"a", "b", "c", "d"}
 	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -168,7 +168,7 @@ func TestPurgeStepModel(t *testing.T) {
 					all[r.IntN(len(all))].ForceComplete()
 				}
 			case k < 18:
-				w.PurgeStep(1 + r.IntN(300))
+				w.PurgeSlice(1 + r.IntN(300))
 			case k < 19:
 				w.Check(keys[r.IntN(len(keys))])
 			default:
@@ -214,10 +214,10 @@ func TestPurgeStepModel(t *testing.T) {
 
 // A step whose cursor is in a list that Remove then takes out of the map
 // must not touch that list: Remove reads it after letting go of the lock.
-func TestPurgeStepLeavesARemovedListAlone(t *testing.T) {
+func TestPurgeSliceLeavesARemovedListAlone(t *testing.T) {
 	w := New[string](1)
 	ops := watchMany(t, w, "x", 3000, 2, false)
-	n, more := w.PurgeStep(1000)
+	n, more := w.PurgeSlice(1000)
 	require.True(t, more)
 	require.Positive(t, n)
 	require.NotNil(t, w.purge.cur, "the round stopped inside x's list")
@@ -238,7 +238,7 @@ func TestPurgeStepLeavesARemovedListAlone(t *testing.T) {
 // A round in small steps over a long list leaves it as packed as a purge
 // in one go would: each step starts in the chunk the previous one left
 // part full, so at most one partial chunk comes before the last.
-func TestPurgeStepKeepsSlackBounded(t *testing.T) {
+func TestPurgeSliceKeepsSlackBounded(t *testing.T) {
 	w := New[string](1)
 	watchMany(t, w, "x", 5000, 3, false)
 	steps := endRound(t, w, 100, func(int) { checkLists(t, w) })
@@ -262,7 +262,7 @@ func maphashOf(w *Watchers[string], key string) uint64 {
 // Each step visits about its budget of entries, plain or levelled, however
 // long the list: a hot key's purge is spread over many steps instead of
 // holding the shard's lock (and the reaper) for the whole list.
-func TestPurgeStepIsBounded(t *testing.T) {
+func TestPurgeSliceIsBounded(t *testing.T) {
 	for _, levelled := range []bool{false, true} {
 		w := New[string](4)
 		const n, budget = 8000, 500

@@ -100,7 +100,7 @@ const (
 // sorted by level (see levels.go).
 type list[K comparable] struct {
 	key    K
-	chunks Chunks     // full but the last and one a purge step ended in
+	chunks Chunks     // full but the last and one a purge slice ended in
 	n      int        // entries in all chunks
 	lv     []levelled // lv[lvHead:] sorted by level; before lvHead, cleared
 	lvHead int
@@ -112,7 +112,7 @@ type list[K comparable] struct {
 // empty reports whether l holds no entry, live or dead.
 func (l *list[K]) empty() bool { return l.n == 0 && len(l.lv) == l.lvHead }
 
-// MaxChunk is the most entries one chunk of a list holds. A purge step
+// MaxChunk is the most entries one chunk of a list holds. A purge slice
 // reads whole chunks, at least two, so it may visit up to two chunks more
 // than its budget.
 const MaxChunk = 255
