@@ -34,6 +34,9 @@ type SystemClock struct{}
 var epoch = time.Now()
 
 // Now returns the monotonic time since the package was initialised.
+// Inside a testing/synctest bubble time.Now has no monotonic reading, and
+// this measures from outside the bubble: read a SystemTimer's Now there,
+// which measures from the timer's creation.
 func (SystemClock) Now() time.Duration { return time.Since(epoch) }
 
 // NewTimer returns a [time.Timer] wrapped as a ClockTimer.
