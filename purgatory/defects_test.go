@@ -21,6 +21,7 @@ import (
 // pending, as every other pending operation is; by default it is expired
 // with ErrShutdown, exactly once.
 func TestShutdownDuringParkEndsOneWay(t *testing.T) {
+	t.Parallel()
 	for _, leave := range []bool{false, true} {
 		for _, step := range []purgatory.Step{purgatory.StepUnlocked, purgatory.StepTimed} {
 			for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, time.Hour} {
@@ -61,6 +62,7 @@ func TestShutdownDuringParkEndsOneWay(t *testing.T) {
 // watching the key without a level in the order they were parked, then
 // those watching at a level, lowest first, ties in the order parked.
 func TestCancelForKeyOrder(t *testing.T) {
+	t.Parallel()
 	p, err := purgatory.New[string, operation.DelayedOperation]("order", purgatory.WithoutTimer(), purgatory.WithoutReaper())
 	require.NoError(t, err)
 	defer p.Shutdown(context.Background())

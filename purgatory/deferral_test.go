@@ -16,6 +16,7 @@ import (
 // the tick the first park armed, 400 ms of the timer's clock later, with
 // the deadline fixed at its park: it expires exactly on time.
 func TestHeldTimeoutExpiresOnTime(t *testing.T) {
+	t.Parallel()
 	p, mt := newMockPurgatory(t)
 	op := newOp(time.Second)
 	mustPark(t, p, op, "a")
@@ -37,6 +38,7 @@ func TestHeldTimeoutExpiresOnTime(t *testing.T) {
 // tick, which adds the operation already due: it expires in that same
 // Advance, once.
 func TestHeldTimeoutExpiresInOneJump(t *testing.T) {
+	t.Parallel()
 	p, mt := newMockPurgatory(t)
 	ops := []*mockOp{newOp(time.Second), newOp(30 * time.Second)}
 	mustPark(t, p, ops[0], "a")
@@ -52,6 +54,7 @@ func TestHeldTimeoutExpiresInOneJump(t *testing.T) {
 
 // An operation that completes while held never enters the timer.
 func TestHeldOperationCompletedNeverEntersTheTimer(t *testing.T) {
+	t.Parallel()
 	p, mt := newMockPurgatory(t)
 	op := newOp(time.Second)
 	mustPark(t, p, op, "a")
@@ -68,6 +71,7 @@ func TestHeldOperationCompletedNeverEntersTheTimer(t *testing.T) {
 // A completion exactly inside the Add, before the entry is linked, ends
 // the same way.
 func TestCompletionWhileTheTickAddsIt(t *testing.T) {
+	t.Parallel()
 	mt := timer.NewMockTimer()
 	var hook func()
 	wrap := &addHookTimer{MockTimer: mt, hook: func(purgatory.Step) {
@@ -97,6 +101,7 @@ func TestCompletionWhileTheTickAddsIt(t *testing.T) {
 // Shutdown with operations held: by default each expires once with
 // ErrShutdown; with WithLeavePendingOnShutdown each is left pending.
 func TestShutdownWithHeldTimeouts(t *testing.T) {
+	t.Parallel()
 	for _, leave := range []bool{false, true} {
 		opts := []purgatory.Option{}
 		if leave {
@@ -129,6 +134,7 @@ func (n noClock) Close() error                      { return n.mt.Close() }
 // With a Timer that does not report its clock, no deadline can be fixed
 // on it: every timeout enters the timer at park.
 func TestTimerWithoutClockGetsTimeoutsAtPark(t *testing.T) {
+	t.Parallel()
 	mt := timer.NewMockTimer()
 	p, err := purgatory.New[string, *mockOp]("no clock", purgatory.WithTimer(noClock{mt}), purgatory.WithoutReaper())
 	require.NoError(t, err)

@@ -123,6 +123,7 @@ func (a *addHookTimer) Add(task timer.Task) error {
 // deadline, and Add has a step inside it), and with the MockTimer itself
 // (the park writes the deadline, and the completion reads it).
 func TestSeams(t *testing.T) {
+	t.Parallel()
 	for _, wrapped := range []bool{true, false} {
 		steps := purgatory.Steps
 		mode := "direct/"
@@ -301,6 +302,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 // A competitor that completes an operation between the two wins: the
 // operation is not returned, and is counted once, as it completed.
 func TestCancelForKeySeam(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		act  func(p *pg, op *mockOp, cancel context.CancelFunc)

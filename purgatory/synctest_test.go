@@ -20,6 +20,7 @@ import (
 // operation completed early never expires; and Shutdown leaves no
 // goroutine behind (synctest.Test fails if any is left in the bubble).
 func TestDefaultPurgatoryInsideSynctest(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p, err := purgatory.New[string, *mockOp]("bubble", purgatory.WithTimeInPurgatory())
 		require.NoError(t, err)

@@ -152,6 +152,7 @@ func TestBucketMovesKeepCountAndCancelEmpties(t *testing.T) {
 // once, leaves each unlinked, and leaves every stripe empty with a count of
 // zero.
 func TestFlushTakesEveryStripe(t *testing.T) {
+	t.Parallel()
 	st, _ := newInlineTimer(t)
 	tasks := make([]*probe, 40)
 	for i := range tasks {
@@ -198,6 +199,7 @@ func TestFlushTakesEveryStripe(t *testing.T) {
 // flush, and its entry is taken but no longer pending, so refiling skips
 // it.
 func TestCancelBetweenTheFlushLocks(t *testing.T) {
+	t.Parallel()
 	st, _ := newInlineTimer(t)
 	b := (*bucket)(nil)
 	byStripe := map[int][]*probe{}
@@ -547,6 +549,7 @@ func TestStripeLayout(t *testing.T) {
 // time. Entries leave a due bucket all at once, and a coarser bucket moving
 // down in batches, before they are due.
 func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		delay  time.Duration
@@ -607,6 +610,7 @@ func linked(t *testing.T, st *SystemTimer) map[*tasklist.Entry]int {
 //   - an Add of it to another timer still under way (holding addLock): the
 //     reaper leaves it to that Add.
 func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		finished bool // the other timer's Add is over before the refile
@@ -672,6 +676,7 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 // every list stays sound, and once everything is cancelled and both
 // clocks have run far ahead, nothing is left linked or counted.
 func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
+	t.Parallel()
 	a, clkA := newInlineTimer(t, WithWheelSize(4))
 	b, clkB := newInlineTimer(t, WithWheelSize(4))
 	timers := []*SystemTimer{a, b}
@@ -737,6 +742,7 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 // way the task never runs and nothing stays counted, while its neighbours
 // run on time.
 func TestCancelBetweenTheRefileSteps(t *testing.T) {
+	t.Parallel()
 	for _, linkedFirst := range []bool{false, true} {
 		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
 			const delay = 100 * time.Millisecond

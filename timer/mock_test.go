@@ -20,6 +20,7 @@ type named struct {
 func (n *named) Run() { *n.out = append(*n.out, n.name) }
 
 func TestMockTimerRunsDueTasksInDeadlineOrder(t *testing.T) {
+	t.Parallel()
 	mt := timer.NewMockTimer()
 	defer mt.Close()
 	var out []string
@@ -64,6 +65,7 @@ func TestMockTimerRunsDueTaskWithinAdd(t *testing.T) {
 // saturated one) or in a tick that starts past it never comes; one just
 // inside the range comes exactly on time.
 func TestMockTimerNeverEarlyAtTheEndOfTime(t *testing.T) {
+	t.Parallel()
 	mt := timer.NewMockTimer()
 	defer mt.Close()
 	mt.Advance(math.MaxInt64 - time.Hour)

@@ -53,6 +53,7 @@ func at(tr *Tracker, name string, f func(o *Op)) {
 // but before its CAS: Park fails, the operation was never counted, its
 // new Handle lets go of it, and OnComplete ran once.
 func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
+	t.Parallel()
 	o := newSeamOp(context.Background())
 	var tr Tracker
 	at(&tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
@@ -69,6 +70,7 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 // clears it (there is nothing to release yet), Park's failed CAS clears
 // what it wrote, and no AfterFunc is ever armed.
 func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := newSeamOp(ctx)
@@ -95,6 +97,7 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 // so ArmContext must stop it itself, or a long-lived context would keep the
 // operation registered until it ends.
 func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := newSeamOp(ctx)
