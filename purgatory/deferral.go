@@ -44,6 +44,15 @@ type deferral struct {
 	tick  deferTick
 	// settle is the purgatory's settleAdd.
 	settle func(o *lifecycle.Op, err error) bool
+	// hooks are points where a test runs a competitor; nil otherwise.
+	hooks *deferHooks
+}
+
+// deferHooks are the deferral's points between two steps.
+type deferHooks struct {
+	pushed   func() // in hold, after the push, before armed is read
+	disarmed func() // in drain, after armed is cleared, before anything is taken
+	drained  func() // in drain, after every stripe is taken and added
 }
 
 const (
@@ -87,6 +96,9 @@ func (d *deferral) hold(o *lifecycle.Op, h *lifecycle.Handle) {
 	s.mu.Lock()
 	s.held.Push(h)
 	s.mu.Unlock()
+	if d.hooks != nil && d.hooks.pushed != nil {
+		d.hooks.pushed()
+	}
 	// Read after the push: a drain clears armed before it takes what is
 	// held, so either it takes h or this park sees armed clear and arms.
 	if !d.armed.Load() && d.armed.CompareAndSwap(false, true) {
@@ -101,6 +113,9 @@ func (d *deferral) hold(o *lifecycle.Op, h *lifecycle.Handle) {
 // runs as the tick, on the goroutine that runs the timer's tasks.
 func (d *deferral) drain() {
 	d.armed.Store(false)
+	if d.hooks != nil && d.hooks.disarmed != nil {
+		d.hooks.disarmed()
+	}
 	for i := range d.stripes {
 		s := &d.stripes[i]
 		s.mu.Lock()
@@ -114,6 +129,9 @@ func (d *deferral) drain() {
 				}
 			}
 		}
+	}
+	if d.hooks != nil && d.hooks.drained != nil {
+		d.hooks.drained()
 	}
 }
 

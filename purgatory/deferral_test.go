@@ -145,3 +145,46 @@ func TestTimerWithoutClockGetsTimeoutsAtPark(t *testing.T) {
 	mt.Advance(time.Hour)
 	assert.Equal(t, int32(1), op.Expiries.Load())
 }
+
+// A park exactly between each pair of the deferral's steps (its push and
+// its reading of armed; a tick's disarming and its taking; after the tick
+// has taken everything) is never stranded: every operation, the racing
+// one included, expires once, and nothing is left in the timer.
+func TestParkBetweenTheDeferralsSteps(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"pushed", "disarmed", "drained"} {
+		t.Run(at, func(t *testing.T) {
+			p, mt := newMockPurgatory(t)
+			first, racer := newOp(time.Second), newOp(time.Second)
+			raced := false
+			purgatory.SetDeferralHooks(p, func(step string) {
+				if step != at || raced {
+					return
+				}
+				raced = true
+				if at == "pushed" {
+					// The park of first is between its push and its check:
+					// a whole tick runs here.
+					mt.Advance(400 * time.Millisecond)
+					return
+				}
+				mustPark(t, p, racer, "b") // on the tick's goroutine, as a callback might
+			})
+			if at == "pushed" {
+				mustPark(t, p, first, "a")
+				mustPark(t, p, racer, "b")
+			} else {
+				mustPark(t, p, first, "a")
+				mt.Advance(400 * time.Millisecond) // the tick races the park
+			}
+			require.True(t, raced)
+			mt.Advance(2 * time.Second)
+			for _, op := range []*mockOp{first, racer} {
+				assert.Equal(t, int32(1), op.Completes.Load())
+				assert.Equal(t, int32(1), op.Expiries.Load())
+			}
+			assert.Equal(t, 0, mt.Size(), "nothing left in the timer, no tick either")
+			assert.Equal(t, 0, p.NumDelayed())
+		})
+	}
+}

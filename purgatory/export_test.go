@@ -71,3 +71,16 @@ func TimerSize[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], t
 	}
 	return n
 }
+
+// SetDeferralHooks installs f at the deferral's points: "pushed" (a park
+// has queued its operation, and not yet read whether a tick is armed),
+// "disarmed" (a tick has cleared armed, and taken nothing yet) and
+// "drained" (a tick has taken and added everything). Call it before p is
+// shared.
+func SetDeferralHooks[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(at string)) {
+	p.deferred.hooks = &deferHooks{
+		pushed:   func() { f("pushed") },
+		disarmed: func() { f("disarmed") },
+		drained:  func() { f("drained") },
+	}
+}
