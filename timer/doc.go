@@ -102,7 +102,10 @@
 // next task is an hour away wakes once, not 3.6 million times. The wait is
 // a runtime timer (time.Timer on the system clock) and the time is read with
 // time.Since, so a timer inside a testing/synctest bubble runs on the
-// bubble's fake time, and one on a MockClock on the mock's.
+// bubble's fake time, and one on a MockClock on the mock's. When every
+// processor is busy the runtime may not run the sleeping goroutine for
+// 10 ms or more; an Add that finds it 2 ms behind the timer's clock wakes
+// it and yields once (see SystemTimer.Add).
 //
 // # Precision
 //
