@@ -16,7 +16,8 @@ import (
 // later. Most operations with a long timeout complete early (a produce
 // waits milliseconds for its replicas and has 30 s to do it): those
 // complete without ever entering the timer, and their completion has no
-// bucket entry to unlink. BenchmarkWatchAndComplete and perf run C
+// bucket entry to unlink. examples/purgatory_perf with -timeout 1000
+// -pct50 50 -pct75 75 (docs/benchmarks.md, C)
 // (docs/benchmarks.md) measure what it saves.
 //
 // It is a stage in front of the purgatory's timer, driven by that timer:

@@ -135,7 +135,8 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 			// timeout up to 512 ms where it will expire: a fetch's
 			// 500 ms max wait, the timeouts that most often run out, is
 			// never moved down from a coarser level first. With Kafka's
-			// 20, a 200 ms timeout was flushed twice, and run D's reaper
+			// 20, a 200 ms timeout was flushed twice, and the reaper of
+			// examples/purgatory_perf -timeout 200 -pct50 10000 -pct75 10000
 			// used 10% more CPU. The cost is memory: 320 KiB a level.
 			timer.WithWheelSize(ownWheelSize),
 			timer.WithLogger(p.logger),

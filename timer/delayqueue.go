@@ -189,7 +189,9 @@ func (q *delayQueue) late(now int64) bool { return now > q.lateAt.Load() }
 // behind: on a MockClock nothing polls (MockTimer advances with pollDue),
 // and inside a testing/synctest bubble fake time moves only once every
 // goroutine is blocked, so the poll wakes before its bucket is late.
-// BenchmarkExpiry and perf run D (docs/benchmarks.md) show what it buys.
+// TestBusyAdderGivesWayToExpiry, and examples/purgatory_perf with
+// -timeout 200 -pct50 10000 -pct75 10000 (docs/benchmarks.md, D), show what
+// it buys.
 func (q *delayQueue) nudge(now int64) {
 	at := q.lateAt.Load()
 	if now <= at || !q.lateAt.CompareAndSwap(at, now+int64(nudgeAfter)) {

@@ -242,7 +242,8 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
 		// word is zero: a locked instruction here would wait for the
-		// allocation's stores to drain, and costs 5% of perf run C.
+		// allocation's stores to drain, and cost 5% of the CPU per
+		// request of examples/purgatory_perf -timeout 1000 -pct50 50.
 		o.word().And(^stFat)
 		o.h = nil
 	}
