@@ -17,8 +17,8 @@ import (
 // waits milliseconds for its replicas and has 30 s to do it): those
 // complete without ever entering the timer, and their completion has no
 // bucket entry to unlink. examples/purgatory_perf with -timeout 1000
-// -pct50 50 -pct75 75 (docs/benchmarks.md, C)
-// (docs/benchmarks.md) measure what it saves.
+// -pct50 50 -pct75 75 (docs/benchmarks.md, C) measures what it saves:
+// 1.11x the rate against no deferral, in the same sitting.
 //
 // It is a stage in front of the purgatory's timer, driven by that timer:
 // the first park into an empty deferral adds a task (tick) with a delay of
