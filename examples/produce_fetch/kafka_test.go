@@ -26,7 +26,7 @@ type kafkaBroker struct {
 	stop func() error // ServeAll's shutdown; also run by t.Cleanup
 }
 
-func startKafka(t *testing.T, bc BrokerConfig, kc KafkaConfig) *kafkaBroker {
+func startKafka(t testing.TB, bc BrokerConfig, kc KafkaConfig) *kafkaBroker {
 	t.Helper()
 	if bc.Topics == nil {
 		bc.Topics = []string{"t"}
@@ -54,7 +54,7 @@ func startKafka(t *testing.T, bc BrokerConfig, kc KafkaConfig) *kafkaBroker {
 
 // client is a franz-go client of kb, closed when the test ends (before
 // the broker stops: cleanups run last-in first-out).
-func (kb *kafkaBroker) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
+func (kb *kafkaBroker) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kb.addr)}, opts...)...)
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func (kb *kafkaBroker) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func testCtx(t *testing.T, d time.Duration) context.Context {
+func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
