@@ -509,9 +509,10 @@ func (b *Broker) Stats() BrokerStats {
 		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load()}
 }
 
-// Close stops the followers (each completes its own parked fetch) and shuts both purgatories down, which answers
-// every request still waiting (their timeouts fire early), so that nothing
-// parked is dropped. Requests that arrive afterwards are refused.
+// Close stops the followers, each completing its own parked fetch, and
+// shuts both purgatories down, which answers every request still waiting
+// (their timeouts fire early), so that nothing parked is dropped. Requests
+// that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
