@@ -82,10 +82,15 @@ demo: deps
 # broker: the example broker speaking Kafka's protocol on 127.0.0.1:9092,
 # with the demo's topics, until Ctrl-C. It prints kcat commands to try, and
 # serves its HTTP front end, with Prometheus metrics at /metrics, beside it.
+# It is built and then exec'd, not run with go run: go run exits 1 when
+# interrupted whatever the program returns, so make would report Ctrl-C as
+# an error. The broker itself exits 0 once it has answered what was parked.
 BROKER_ADDR ?= 127.0.0.1:9092
 BROKER_HTTP ?= 127.0.0.1:8080
+BROKER_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-produce_fetch
 broker: deps
-	cd examples && $(GO) run ./produce_fetch -kafka $(BROKER_ADDR) -listen $(BROKER_HTTP)
+	cd examples && $(GO) build -o $(BROKER_BIN) ./produce_fetch
+	exec $(BROKER_BIN) -kafka $(BROKER_ADDR) -listen $(BROKER_HTTP)
 
 clean:
 	$(GO) clean -testcache

@@ -54,18 +54,25 @@ type partition struct {
 	followers []*follower
 }
 
-// follower is a replica that copies the leader's log. Its goroutine fetches
-// every fetchEvery, and what it fetched becomes its log end offset lag
-// later, as if the data took that long to cross the network and be written.
+// follower is a replica that copies the leader's log. Its goroutine
+// (replicate) fetches from the leader as Kafka's replica fetchers do, and
+// the leader learns its log end offset from the offset of its next fetch.
 type follower struct {
 	id int
 	// Guarded by the partition's mu:
 	leo      int64     // log end offset
 	caughtUp time.Time // last time it had the whole of the leader's log
 	inSync   bool      // a member of the in-sync replicas (ISR)
+	stopped  bool      // its fetches are ignored; replicate waits on resume
+	// The leader's log end offset at the follower's previous fetch, and
+	// when that fetch came: Kafka's lastFetchLeaderLogEndOffset and
+	// lastFetchTimeMs, from which a fetch that is behind the leader's log
+	// end can still prove the follower caught up at the previous one.
+	lastFetchLEO  int64
+	lastFetchTime time.Time
 
-	lag     atomic.Int64
-	stopped atomic.Bool
+	lag    atomic.Int64  // how long it takes to append what it fetched
+	resume chan struct{} // SetFollower signals a resume here, without blocking
 }
 
 // Broker is a small in-memory broker: partitions it leads, their follower
@@ -77,15 +84,17 @@ type Broker struct {
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
 
-	fetchEvery  time.Duration
-	lagMax      time.Duration
-	isrShrinks  atomic.Int64
-	isrExpands  atomic.Int64
-	closed      atomic.Bool
-	stop        chan struct{}
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
-	closeResult error
+	lagMax     time.Duration
+	isrShrinks atomic.Int64
+	isrExpands atomic.Int64
+	// consumerFetches counts consumers' fetches accepted and not yet
+	// answered; the fetch purgatory's Pending also counts the followers'.
+	consumerFetches atomic.Int64
+	closed          atomic.Bool
+	stop            chan struct{}
+	wg              sync.WaitGroup
+	closeOnce       sync.Once
+	closeResult     error
 }
 
 // BrokerConfig says how to build a Broker.
@@ -93,8 +102,7 @@ type BrokerConfig struct {
 	Topics     []string
 	Partitions int           // per topic
 	Replicas   int           // followers per partition
-	Lag        time.Duration // how far followers trail the leader
-	FetchEvery time.Duration // how often followers fetch; default 5ms
+	Lag        time.Duration // how long a follower takes to append what it fetched
 	// ReplicaLagMax is Kafka's replica.lag.time.max.ms: a follower that
 	// has not caught up with the leader's log end for this long leaves the
 	// in-sync replicas, so that acks=all produces stop waiting for it. It
@@ -102,7 +110,17 @@ type BrokerConfig struct {
 	// follower in sync forever.
 	ReplicaLagMax time.Duration
 	Timer         timer.Timer // for tests: a MockTimer; nil for real timers
+	// ByHand starts no follower goroutines: a test moves each follower
+	// itself with followerFetch. The ISR expiry task runs only with real
+	// timers (Timer nil); a test calls shrinkISR.
+	ByHand bool
 }
+
+// replicaMaxWait is how long a follower's fetch waits in the fetch
+// purgatory for the leader's next append: Kafka's
+// replica.fetch.wait.max.ms. A follower of an idle partition re-fetches
+// this often, which is what keeps it counted as caught up.
+const replicaMaxWait = 500 * time.Millisecond
 
 // NewBroker starts a broker and its followers.
 func NewBroker(c BrokerConfig) (*Broker, error) {
@@ -115,9 +133,6 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 			return nil, fmt.Errorf("broker: bad or repeated topic name %q", t)
 		}
 		seen[t] = true
-	}
-	if c.FetchEvery <= 0 {
-		c.FetchEvery = 5 * time.Millisecond
 	}
 	// The demo prints, and /metrics exports, how long requests stay parked.
 	popts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
@@ -143,7 +158,6 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		topics:     make(map[string][]*partition),
 		produce:    pp,
 		fetch:      fp,
-		fetchEvery: c.FetchEvery,
 		lagMax:     c.ReplicaLagMax,
 		stop:       make(chan struct{}),
 	}
@@ -152,7 +166,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		for i := range c.Partitions {
 			p := &partition{key: tpKey{Topic: topic, Partition: int32(i)}, leader: true}
 			for r := range c.Replicas {
-				f := &follower{id: r + 1, inSync: true, caughtUp: now}
+				f := &follower{id: r + 1, inSync: true, caughtUp: now, lastFetchTime: now, resume: make(chan struct{}, 1)}
 				f.lag.Store(int64(c.Lag))
 				p.followers = append(p.followers, f)
 			}
@@ -160,10 +174,10 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 			b.topics[topic] = append(b.topics[topic], p)
 		}
 	}
-	// The followers' loops start only once every partition is whole: a
-	// loop reads its partition's followers, which the loop above writes
+	// The followers' goroutines start only once every partition is whole:
+	// a fetch reads its partition's followers, which the loop above writes
 	// without the partition's lock.
-	if c.Timer == nil {
+	if !c.ByHand {
 		for _, p := range b.partitions {
 			for _, f := range p.followers {
 				b.wg.Add(1)
@@ -171,7 +185,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 			}
 		}
 	}
-	if c.Timer == nil && c.ReplicaLagMax > 0 && c.Replicas > 0 {
+	if c.Timer == nil && !c.ByHand && c.ReplicaLagMax > 0 && c.Replicas > 0 {
 		b.wg.Add(1)
 		go b.expireISR()
 	}
@@ -253,51 +267,102 @@ func (p *partition) updateHighWatermarkLocked() bool {
 	return false
 }
 
-// replicate is a follower's fetch loop.
+// replicate is follower f of p, fetching as Kafka's ReplicaFetcherThread
+// does, through the broker's own fetch path (FetchFunc with its replica
+// id): its fetch waits in the fetch purgatory beside the consumers' until
+// the leader's append wakes it (Append's CheckAndComplete), or for
+// replicaMaxWait. What it fetched it appends lag later; its next fetch,
+// from the offset after it, tells the leader its new log end offset
+// (followerFetch), which moves the high watermark and completes the
+// acks=all produces waiting on it. No timer paces it: the only waits are
+// for the leader's data, the lag, and a resume after SetFollower stopped it.
 func (b *Broker) replicate(p *partition, f *follower) {
 	defer b.wg.Done()
-	t := time.NewTicker(b.fetchEvery)
-	defer t.Stop()
+	offset := int64(0)                     // its log end offset: where it fetches from
+	answers := make(chan FetchResponse, 1) // one fetch at a time
 	for {
+		df := b.FetchFunc(FetchRequest{Partitions: []FetchPartitionRequest{{TP: p.key, Offset: offset}},
+			MinBytes: 1, MaxWait: replicaMaxWait, ReplicaID: f.id}, func(r FetchResponse) { answers <- r })
+		var resp FetchResponse
 		select {
 		case <-b.stop:
+			df.ForceComplete() // not left for the purgatory's Shutdown to count
 			return
-		case <-t.C:
+		case resp = <-answers:
 		}
-		if f.stopped.Load() {
-			continue
+		if resp.Refused || resp.Partitions[0].Err != nil {
+			// The broker no longer leads p (Resign is for good) or is
+			// closing: there is no leader here to fetch from again.
+			<-b.stop
+			return
 		}
-		fetchedAt := time.Now()
-		p.mu.Lock()
-		target := p.leo
-		p.mu.Unlock()
-		if lag := time.Duration(f.lag.Load()); lag > 0 {
+		next := nextOffset(resp.Partitions[0].Batches, offset)
+		if lag := time.Duration(f.lag.Load()); lag > 0 && next > offset {
+			t := time.NewTimer(lag)
 			select {
 			case <-b.stop:
+				t.Stop()
 				return
-			case <-time.After(lag):
+			case <-t.C:
 			}
 		}
-		// A follower stopped meanwhile drops what it fetched: once
-		// SetFollower returns, it takes in nothing appended after that.
-		if f.stopped.Load() {
+		// A follower stopped meanwhile drops what it fetched and fetches
+		// it again once resumed. The leader ignores its fetches while it is
+		// stopped (followerFetch), so once SetFollower returns it takes in
+		// nothing, even from a fetch already on its way.
+		p.mu.Lock()
+		stopped := f.stopped
+		p.mu.Unlock()
+		if stopped {
+			if b.waitForResume(p, f) {
+				return
+			}
 			continue
 		}
-		b.followerFetched(p, f, target, fetchedAt)
+		offset = next
 	}
 }
 
-// followerFetched records that f has the leader's log up to leo, which was
-// the leader's log end at fetchedAt. So f was caught up as of fetchedAt:
-// Kafka's rule for lastCaughtUpTime. It moves the high watermark if it can,
-// lets f rejoin the in-sync replicas once it reaches the high watermark,
-// and wakes what waits on either.
-func (b *Broker) followerFetched(p *partition, f *follower, leo int64, fetchedAt time.Time) {
-	p.mu.Lock()
-	f.leo = max(f.leo, leo)
-	if fetchedAt.After(f.caughtUp) {
-		f.caughtUp = fetchedAt
+// waitForResume blocks while f is stopped, and reports whether the broker
+// closed meanwhile.
+func (b *Broker) waitForResume(p *partition, f *follower) (closed bool) {
+	for {
+		select {
+		case <-b.stop:
+			return true
+		case <-f.resume:
+		}
+		p.mu.Lock()
+		stopped := f.stopped
+		p.mu.Unlock()
+		if !stopped {
+			return false
+		}
 	}
+}
+
+// followerFetch is the leader's side of a fetch by f from offset at time
+// at: Kafka's Partition.updateFollowerFetchState, then, if the high
+// watermark moved, tryCompleteDelayedRequests. A follower fetches from its
+// log end offset, so offset is its log end offset now. It was caught up at
+// this fetch if offset is the leader's log end, or at its previous fetch
+// if offset reaches what the leader's log end was then. It rejoins the
+// in-sync replicas once it reaches the high watermark. A stopped follower's
+// fetch changes nothing.
+func (b *Broker) followerFetch(p *partition, f *follower, offset int64, at time.Time) {
+	p.mu.Lock()
+	if f.stopped {
+		p.mu.Unlock()
+		return
+	}
+	f.leo = max(f.leo, offset)
+	switch {
+	case offset >= p.leo:
+		f.caughtUp = laterOf(f.caughtUp, at)
+	case offset >= f.lastFetchLEO:
+		f.caughtUp = laterOf(f.caughtUp, f.lastFetchTime)
+	}
+	f.lastFetchLEO, f.lastFetchTime = p.leo, at
 	if !f.inSync && f.leo >= p.hw {
 		f.inSync = true
 		b.isrExpands.Add(1)
@@ -308,6 +373,13 @@ func (b *Broker) followerFetched(p *partition, f *follower, leo int64, fetchedAt
 	if moved {
 		b.highWatermarkMoved(p.key, hw)
 	}
+}
+
+func laterOf(x, y time.Time) time.Time {
+	if y.After(x) {
+		return y
+	}
+	return x
 }
 
 // highWatermarkMoved wakes what waits on tp's high watermark, now hw. The
@@ -376,7 +448,8 @@ func (b *Broker) Resign(tp tpKey) {
 }
 
 // SetFollower changes follower id (1-based) of tp: its lag, and whether it
-// fetches at all.
+// fetches at all. Once it returns with stopped set, the follower's log end
+// offset stays where it is until a call that resumes it.
 func (b *Broker) SetFollower(tp tpKey, id int, lag time.Duration, stopped bool) error {
 	p := b.partitions[tp]
 	if p == nil || id < 1 || id > len(p.followers) {
@@ -384,7 +457,15 @@ func (b *Broker) SetFollower(tp tpKey, id int, lag time.Duration, stopped bool) 
 	}
 	f := p.followers[id-1]
 	f.lag.Store(int64(lag))
-	f.stopped.Store(stopped)
+	p.mu.Lock()
+	f.stopped = stopped
+	p.mu.Unlock()
+	if !stopped {
+		select {
+		case f.resume <- struct{}{}:
+		default: // a resume is signalled already
+		}
+	}
 	return nil
 }
 
@@ -413,19 +494,25 @@ func (p *partition) state() partitionState {
 
 // BrokerStats is what the status line shows.
 type BrokerStats struct {
+	// Fetch counts the followers' fetches with the consumers', as Kafka's
+	// fetch purgatory does.
 	Produce, Fetch         purgatory.Stats
 	ISRShrinks, ISRExpands int64
+	// ConsumerFetches is how many consumers' fetches are accepted and not
+	// yet answered: parked, or about to be.
+	ConsumerFetches int64
 }
 
 // Stats returns the two purgatories' counters and the ISR changes.
 func (b *Broker) Stats() BrokerStats {
 	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(),
-		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load()}
+		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load()}
 }
 
-// Close stops the followers and shuts both purgatories down, which answers
-// every request still waiting (their timeouts fire early), so that nothing
-// parked is dropped. Requests that arrive afterwards are refused.
+// Close stops the followers, each completing its own parked fetch, and
+// shuts both purgatories down, which answers every request still waiting
+// (their timeouts fire early), so that nothing parked is dropped. Requests
+// that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func newMockBroker(t *testing.T, partitions, replicas int) (*Broker, *timer.MockTimer) {
 	t.Helper()
 	mt := timer.NewMockTimer()
-	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: partitions, Replicas: replicas, Timer: mt})
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: partitions, Replicas: replicas, Timer: mt, ByHand: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, b.Close(context.Background())) })
 	return b, mt
@@ -28,7 +28,8 @@ func newMockBroker(t *testing.T, partitions, replicas int) (*Broker, *timer.Mock
 
 func tp(n int32) tpKey { return tpKey{Topic: "t", Partition: n} }
 
-// catchUp makes follower id of p fetch everything the leader has.
+// catchUp makes follower id of p fetch at the leader's log end: it has
+// everything the leader has.
 func catchUp(b *Broker, p tpKey, id int) {
 	catchUpAt(b, p, id, time.Now())
 }
@@ -38,7 +39,7 @@ func catchUpAt(b *Broker, p tpKey, id int, at time.Time) {
 	part.mu.Lock()
 	leo := part.leo
 	part.mu.Unlock()
-	b.followerFetched(part, part.followers[id-1], leo, at)
+	b.followerFetch(part, part.followers[id-1], leo, at)
 }
 
 // records is one partition's part of a produce: a batch of values.
@@ -233,7 +234,7 @@ func TestStoppedFollowerLeavesTheISR(t *testing.T) {
 	mt := timer.NewMockTimer()
 	start := time.Now()
 	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 2, Timer: mt,
-		ReplicaLagMax: 100 * time.Millisecond})
+		ByHand: true, ReplicaLagMax: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, b.Close(context.Background())) })
 
@@ -255,7 +256,7 @@ func TestStoppedFollowerLeavesTheISR(t *testing.T) {
 
 func TestCloseAnswersParkedRequests(t *testing.T) {
 	mt := timer.NewMockTimer()
-	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 1, Timer: mt})
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 1, Timer: mt, ByHand: true})
 	require.NoError(t, err)
 	pch := b.Produce(produceReq(-1, time.Hour, records(tp(0), "a")))
 	fch, _ := b.Fetch(fetchReq(1, time.Hour, map[tpKey]int64{tp(0): 1}))
@@ -274,4 +275,67 @@ func TestCloseAnswersParkedRequests(t *testing.T) {
 	st := b.Stats()
 	assert.Equal(t, uint64(0), st.Produce.CompletedEarly, "a refused request is not counted as completed")
 	assert.Equal(t, uint64(0), st.Fetch.CompletedEarly)
+}
+
+// The followers' fetches, parked in the fetch purgatory and woken by the
+// leader's append, are what complete an acks=all produce: on a MockTimer
+// that never advances, no timeout and no timer-driven poll can. The
+// follower goroutines run (ByHand is off); each has a fetch parked before
+// the produce, the append completes both, and their next fetches move the
+// high watermark.
+func TestFollowerFetchCompletesAcksAll(t *testing.T) {
+	mt := timer.NewMockTimer()
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 2, Timer: mt})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.Close(context.Background())) })
+	require.Eventually(t, func() bool { return b.Stats().Fetch.Pending == 2 }, 10*time.Second, time.Millisecond,
+		"both followers' fetches are parked")
+
+	ch := b.Produce(produceReq(-1, time.Hour, records(tp(0), "a")))
+	select {
+	case resp := <-ch:
+		assert.False(t, resp.Expired)
+		assert.Equal(t, PartitionResult{TP: tp(0), BaseOffset: 0, Offset: 1}, result(resp, tp(0)))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acks=all produce was not completed by the followers' fetches")
+	}
+	st := b.Stats()
+	assert.Equal(t, uint64(1), st.Produce.CompletedEarly)
+	assert.GreaterOrEqual(t, st.Fetch.CompletedEarly, uint64(2), "the append completed both followers' parked fetches")
+	assert.Equal(t, uint64(0), st.Fetch.Expired)
+	assert.Equal(t, time.Duration(0), mt.Now(), "the timer never moved")
+	assert.Equal(t, []int32{1, 2}, b.partitions[tp(0)].state().isr)
+}
+
+// A stopped follower takes in nothing once SetFollower returns, not even
+// from a fetch it had parked; resumed, it fetches what it missed and the
+// waiting produce completes.
+func TestStoppedFollowerTakesInNothing(t *testing.T) {
+	mt := timer.NewMockTimer()
+	b, err := NewBroker(BrokerConfig{Topics: []string{"t"}, Partitions: 1, Replicas: 2, Timer: mt})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.Close(context.Background())) })
+	require.Eventually(t, func() bool { return b.Stats().Fetch.Pending == 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, b.SetFollower(tp(0), 2, 0, true))
+
+	ch := b.Produce(produceReq(-1, time.Hour, records(tp(0), "a")))
+	p := b.partitions[tp(0)]
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.followers[0].leo == 1
+	}, 10*time.Second, time.Millisecond, "follower 1 fetches the record")
+	p.mu.Lock()
+	leo2 := p.followers[1].leo
+	p.mu.Unlock()
+	assert.Equal(t, int64(0), leo2, "follower 2, stopped, took in nothing")
+	assert.True(t, pending(ch), "the produce waits for follower 2")
+
+	require.NoError(t, b.SetFollower(tp(0), 2, 0, false))
+	select {
+	case resp := <-ch:
+		assert.Nil(t, result(resp, tp(0)).Err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not completed after follower 2 resumed")
+	}
 }

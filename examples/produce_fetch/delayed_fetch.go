@@ -8,11 +8,12 @@ import (
 	"github.com/purgatory-go/purgatory/operation"
 )
 
-// DelayedFetch is a consumer fetch parked until at least minBytes are
-// readable past its offsets, summed over its partitions, or maxWait passes;
-// then it answers with whatever is there. It is Kafka's DelayedFetch. A
-// consumer reading committed data sees records below the high watermark; a
-// follower or a read-uncommitted consumer sees the whole log.
+// DelayedFetch is a consumer's or a follower's fetch, parked until at least
+// minBytes are readable past its offsets, summed over its partitions, or
+// maxWait passes; then it answers with whatever is there. It is Kafka's
+// DelayedFetch. A consumer reading committed data sees records below the
+// high watermark; a follower or a read-uncommitted consumer sees the whole
+// log.
 type DelayedFetch struct {
 	operation.Base
 	broker  *Broker

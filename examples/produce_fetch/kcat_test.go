@@ -52,7 +52,7 @@ func TestKcatRoundTrip(t *testing.T) {
 	// consumer above left a fetch parked when it exited; it expires at
 	// librdkafka's default max wait (500 ms), and then the only parked fetch
 	// is the new consumer's.
-	require.Eventually(t, func() bool { return kb.b.Stats().Fetch.Pending == 0 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return kb.b.Stats().ConsumerFetches == 0 }, 30*time.Second, 5*time.Millisecond)
 	polled := make(chan string, 1)
 	go func() {
 		cmd := exec.CommandContext(ctx, kcat, "-b", kb.addr, "-q", "-C", "-t", "t", "-p", "0", "-o", "end", "-c", "1",
@@ -63,7 +63,7 @@ func TestKcatRoundTrip(t *testing.T) {
 		}
 		polled <- string(out)
 	}()
-	require.Eventually(t, func() bool { return kb.b.Stats().Fetch.Pending >= 1 }, 30*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return kb.b.Stats().ConsumerFetches >= 1 }, 30*time.Second, 5*time.Millisecond,
 		"kcat's fetch is parked")
 	sent := time.Now()
 	run("four\n", "-P", "-t", "t", "-p", "0", "-X", "acks=all")

@@ -35,7 +35,7 @@ func main() {
 	flag.StringVar(&topics, "topics", "orders,payments", "comma-separated topics")
 	flag.IntVar(&c.Partitions, "partitions", 4, "partitions per topic")
 	flag.IntVar(&c.Replicas, "replicas", 2, "followers per partition")
-	flag.DurationVar(&c.Lag, "follower-lag", 2*time.Millisecond, "how far followers trail the leader")
+	flag.DurationVar(&c.Lag, "follower-lag", 2*time.Millisecond, "how long a follower takes to append what it fetched, before its next fetch")
 	flag.DurationVar(&c.SlowLag, "slow-lag", 600*time.Millisecond, "lag of the one slow follower (follower 1 of partition 0 of the first topic)")
 	flag.DurationVar(&c.ReplicaLagMax, "replica-lag-max", 30*time.Second, "a follower not caught up for this long leaves the in-sync replicas (Kafka's replica.lag.time.max.ms); 0: never")
 	flag.DurationVar(&c.ProduceTimeout, "produce-timeout", 500*time.Millisecond, "acks=all produce timeout: the scenario's, and HTTP's when a body has no timeout_ms")

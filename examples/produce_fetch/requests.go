@@ -106,6 +106,10 @@ type FetchRequest struct {
 	MaxBytes   int64 // for the whole response; <= 0: 1 MiB
 	MaxWait    time.Duration
 	Committed  bool // read only below the high watermark, as consumers do
+	// ReplicaID is Kafka's replica id: 0 for a consumer, or the id of a
+	// follower of every partition read (1..Replicas). A follower fetches
+	// from its log end offset, so its fetch also tells the leader that.
+	ReplicaID int
 }
 
 // FetchFunc parks a fetch and returns it, so that a caller who gives up (a
@@ -117,6 +121,22 @@ func (b *Broker) FetchFunc(req FetchRequest, respond func(FetchResponse)) *Delay
 		req.MaxBytes = 1 << 20
 	}
 	f := &DelayedFetch{broker: b, req: req, respond: respond, started: time.Now()}
+	if req.ReplicaID > 0 {
+		// As Kafka's ReplicaManager.fetchMessages does, record the
+		// follower's log end offset before reading for it: that may move
+		// the high watermark and complete acks=all produces.
+		for _, fp := range req.Partitions {
+			if p := b.partitions[fp.TP]; p != nil && req.ReplicaID <= len(p.followers) {
+				b.followerFetch(p, p.followers[req.ReplicaID-1], fp.Offset, f.started)
+			}
+		}
+	} else {
+		b.consumerFetches.Add(1)
+		f.respond = func(r FetchResponse) {
+			b.consumerFetches.Add(-1)
+			respond(r)
+		}
+	}
 	f.Init(f, req.MaxWait)
 	if len(req.Partitions) == 0 {
 		f.ForceComplete()
