@@ -126,3 +126,25 @@ func TestNewFunc(t *testing.T) {
 		operation.NewFunc(time.Second, nil, nil)
 	})
 }
+
+// shadowing declares a method named like the one Base gives the timer to
+// expire it by, hiding Base's.
+type shadowing struct{ operation.Base }
+
+func (*shadowing) TryComplete() bool { return false }
+func (*shadowing) OnComplete()       {}
+func (*shadowing) OnExpiration()     {}
+func (*shadowing) ExpireEntry()      {}
+
+// An operation type that hides Base's ExpireEntry could never be expired by
+// the timer: Init refuses it at once, naming the type, rather than letting
+// it hang until its purgatory shuts down.
+func TestInitRefusesATypeHidingExpireEntry(t *testing.T) {
+	op := &shadowing{}
+	defer func() {
+		r := recover()
+		require.NotNil(t, r, "Init did not panic")
+		assert.Contains(t, r, "*operation_test.shadowing declares a method ExpireEntry")
+	}()
+	op.Init(op, time.Second)
+}
