@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -68,7 +69,7 @@ func (c *config) validate() error {
 	if c.timerSet && c.noTimer {
 		return errors.Join(ErrInvalidOption, errors.New("WithTimer and WithoutTimer together"))
 	}
-	if c.timerSet && isNil(c.timer) {
+	if c.timerSet && nilcheck.IsNil(c.timer) {
 		return errors.Join(ErrInvalidOption, errors.New("WithTimer given a nil timer"))
 	}
 	if c.maxPending < 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
@@ -197,7 +198,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) == 0 {
 		return false, ErrNoKeys
 	}
-	if isNil(op) {
+	if nilcheck.IsNil(op) {
 		return false, ErrNilOperation
 	}
 	o := lifecycle.Of(op)
@@ -577,14 +578,4 @@ func clockOf(t timer.Timer) (now func() int64, timers bool) {
 	}
 	start := time.Now()
 	return func() int64 { return int64(time.Since(start)) }, false
-}
-
-// isNil reports whether v is nil or a nil pointer: a typed nil in an
-// interface passes a v == nil check and panics on its first method call.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
 }

@@ -1,7 +1,6 @@
 package timer
 
 import (
-	"reflect"
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/tasklist"
@@ -86,14 +85,4 @@ func taskOf(e *tasklist.Entry) Task {
 		return t
 	}
 	return nil
-}
-
-// isNil reports whether v is nil or a nil pointer: a typed nil in an
-// interface passes a v == nil check and panics on its first method call.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
 }

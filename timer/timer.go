@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
@@ -197,7 +198,7 @@ const never = math.MaxInt64
 // otherwise hold off the expiries until the runtime preempts it. At most
 // one Add does so every 2 ms.
 func (t *SystemTimer) Add(task Task) error {
-	if isNil(task) {
+	if nilcheck.IsNil(task) {
 		return ErrNilTask
 	}
 	e := tasklist.Of(task)
