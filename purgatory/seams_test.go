@@ -99,8 +99,12 @@ func lockHeld(step purgatory.Step) bool { return step <= purgatory.StepWatched }
 
 // seamTimeout is the seam tests' operations' timeout: below the deferral's
 // threshold, so that the timeout enters the timer at park, between the
-// steps. deferral_test.go runs competitors against a held timeout.
-const seamTimeout = 500 * time.Millisecond
+// steps. heldTimeout is above it: the timeout waits in the deferral, its
+// deadline fixed between the steps.
+const (
+	seamTimeout = 500 * time.Millisecond
+	heldTimeout = time.Second
+)
 
 // stepInAdd is one more point, inside the timer's Add, before the entry is
 // linked: a wrapping Timer reaches it.
@@ -118,18 +122,21 @@ func (a *addHookTimer) Add(task timer.Task) error {
 	return a.MockTimer.Add(task)
 }
 
-// TestSeams runs every competitor at every step twice: with the MockTimer
-// wrapped (the purgatory cannot tell its clock, so the timer writes the
-// deadline, and Add has a step inside it), and with the MockTimer itself
-// (the park writes the deadline, and the completion reads it).
+// TestSeams runs every competitor at every step three times: with the
+// MockTimer wrapped (Add has a step inside it), with the MockTimer itself,
+// and with a timeout long enough to be held back (the park fixes its
+// deadline and queues it for the deferral's tick instead of adding it).
 func TestSeams(t *testing.T) {
 	t.Parallel()
-	for _, wrapped := range []bool{true, false} {
+	for _, mode := range []string{"wrapped/", "direct/", "held/"} {
+		wrapped := mode == "wrapped/"
+		timeout := seamTimeout
+		if mode == "held/" {
+			timeout = heldTimeout
+		}
 		steps := purgatory.Steps
-		mode := "direct/"
 		if wrapped {
 			steps = append(steps, stepInAdd)
-			mode = "wrapped/"
 		}
 		for _, step := range steps {
 			for _, c := range competitors {
@@ -138,14 +145,14 @@ func TestSeams(t *testing.T) {
 					name = step.String()
 				}
 				t.Run(mode+name+"/"+c.name, func(t *testing.T) {
-					runSeam(t, step, c, wrapped)
+					runSeam(t, step, c, wrapped, timeout)
 				})
 			}
 		}
 	}
 }
 
-func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) {
+func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, timeout time.Duration) {
 	mt := timer.NewMockTimer()
 	wrap := &addHookTimer{MockTimer: mt, hook: func(purgatory.Step) {}}
 	var tm timer.Timer = mt
@@ -158,7 +165,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &seam{t: t, p: p, op: newOp(seamTimeout, operation.WithContext(ctx)), cancel: cancel}
+	s := &seam{t: t, p: p, op: newOp(timeout, operation.WithContext(ctx)), cancel: cancel}
 	lo := lifecycle.Of(s.op)
 
 	// reached is signalled when the competitor has finished, or is blocked
@@ -230,7 +237,11 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool) 
 		st := p.Stats()
 		assert.Equal(t, 1, st.Pending)
 		assert.Equal(t, len(seamKeys)-1+1, st.Watched, "watched on both keys")
-		assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+		inTimer := 1
+		if timeout == heldTimeout {
+			inTimer = 0 // held for the deferral's tick
+		}
+		assert.Equal(t, inTimer, purgatory.TimerSize(p, mt))
 		require.NoError(t, p.Shutdown(context.Background()))
 		want = "shutdown"
 	}
