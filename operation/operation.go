@@ -139,7 +139,8 @@ func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOp
 	lifecycle.Init(b.op(), self, timeout, o)
 }
 
-// Timeout returns the timeout given to Init.
+// Timeout returns the timeout given to Init, or to the purgatory's
+// ResetTimeout since.
 func (b *Base) Timeout() time.Duration { return lifecycle.Timeout(b.op()) }
 
 // IsCompleted reports whether the operation has completed, by any path.
@@ -161,8 +162,9 @@ func (b *Base) IsCancelled() bool { return lifecycle.IsCancelled(b.op()) }
 // Cause reports why the operation completed. It is nil while the operation
 // is pending and when it completed early (its TryComplete, or a
 // ForceComplete); [ErrExpired] when its timeout completed it;
-// [ErrShutdown] when its purgatory shut down with it pending; and
-// context.Cause(ctx) when the context given to [WithContext] ended. Call it
+// [ErrShutdown] when its purgatory shut down with it pending;
+// context.Cause(ctx) when the context given to [WithContext] ended; and
+// the cause given to the purgatory's CompleteForKey. Call it
 // from OnComplete to tell a timeout from success:
 //
 //	func (f *delayedFetch) OnComplete() {
@@ -180,6 +182,8 @@ func (b *Base) Cause() error {
 		return ErrShutdown
 	case lifecycle.Context:
 		return lifecycle.ContextCause(b.op())
+	case lifecycle.ForKey:
+		return lifecycle.KeyCause(b.op())
 	}
 	return nil
 }

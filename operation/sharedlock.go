@@ -13,6 +13,15 @@ import "github.com/purgatory-go/purgatory/internal/lifecycle"
 // CheckAndComplete for another operation that shares it: the check happens
 // as soon as the lock is released.
 //
+// Parks are handled the same way. TryCompleteElseWatch of an operation
+// whose SharedLock is held, by a callback running under it or by code that
+// locked it, makes its refusals (ErrAlreadyWatched, ErrFull, ErrShutdown,
+// bad keys) at once, returns false, and leaves the rest of the park to
+// whoever unlocks next: the first TryComplete, the watches and the
+// timeout. Until then the operation is not yet counted in NumDelayed and
+// no check finds it. Kafka's group coordinator parks a member's next
+// heartbeat from the completion of its join this way.
+//
 // The zero SharedLock is unlocked and ready to use. It must not be copied
 // after first use.
 type SharedLock struct{ l lifecycle.SharedLock }

@@ -133,23 +133,26 @@ func round(d time.Duration) time.Duration {
 // count and the sum are read apart, so while operations complete they may
 // be one duration apart.
 type TimeInPurgatory struct {
-	CompletedEarly Histogram // by TryComplete or ForceComplete
-	Expired        Histogram // by their timeout
-	ContextDone    Histogram // by their context
-	Shutdown       Histogram // by Shutdown
+	CompletedEarly  Histogram // by TryComplete or ForceComplete
+	Expired         Histogram // by their timeout
+	ContextDone     Histogram // by their context
+	Shutdown        Histogram // by Shutdown
+	CompletedForKey Histogram // by CompleteForKey
 }
 
 // All yields each histogram with a short name for its outcome: "early",
-// "expired", "context" and "shutdown", in that order. Exporters use it to
-// label them, and so see a histogram added later without a change.
+// "expired", "context", "shutdown" and "for_key", in that order. Exporters
+// use it to label them, and so see a histogram added later without a
+// change.
 func (t *TimeInPurgatory) All() iter.Seq2[string, *Histogram] {
 	return func(yield func(string, *Histogram) bool) {
 		_ = yield("early", &t.CompletedEarly) && yield("expired", &t.Expired) &&
-			yield("context", &t.ContextDone) && yield("shutdown", &t.Shutdown)
+			yield("context", &t.ContextDone) && yield("shutdown", &t.Shutdown) &&
+			yield("for_key", &t.CompletedForKey)
 	}
 }
 
-// Merged returns the four histograms merged into one.
+// Merged returns the histograms merged into one.
 func (t *TimeInPurgatory) Merged() Histogram {
 	var h Histogram
 	for _, x := range t.All() {

@@ -51,7 +51,7 @@ func TestTimeInPurgatory(t *testing.T) {
 	for name, h := range tip.All() {
 		names = append(names, fmt.Sprintf("%s=%d", name, h.Count()))
 	}
-	assert.Equal(t, []string{"early=1", "expired=1", "context=0", "shutdown=1"}, names)
+	assert.Equal(t, []string{"early=1", "expired=1", "context=0", "shutdown=1", "for_key=0"}, names)
 }
 
 // assertInBucketOf checks that got is within a bucket's width (12.5%) of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +67,8 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 // Stats are a purgatory's counters. Stats() reads each atomically; the set
 // is not one snapshot, but once nothing is in flight the figures agree:
 // every operation accepted by TryCompleteElseWatch is either Pending or
-// counted once in CompletedEarly, Expired, ContextDone, Shutdown or
-// Cancelled.
+// counted once in CompletedEarly, Expired, ContextDone, Shutdown,
+// CompletedForKey or Cancelled.
 type Stats struct {
 	Pending        int    // operations parked and not completed: NumDelayed
 	Watched        int    // watch entries of pending operations: Watched
@@ -75,10 +76,12 @@ type Stats struct {
 	Expired        uint64 // completed by their timeout
 	ContextDone    uint64 // completed because the context given to operation.WithContext ended
 	Shutdown       uint64 // expired by Shutdown
-	Cancelled      uint64 // taken out by CancelForKey
-	Purged         uint64 // dead watch entries removed by the backstop purge
-	Full           uint64 // refused with ErrFull (WithMaxPending)
-	Panics         uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
+	// CompletedForKey counts operations completed by CompleteForKey.
+	CompletedForKey uint64
+	Cancelled       uint64 // taken out by CancelForKey
+	Purged          uint64 // dead watch entries removed by the backstop purge
+	Full            uint64 // refused with ErrFull (WithMaxPending)
+	Panics          uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
 
 	// TimeInPurgatory is how long operations were parked, by how they
 	// completed, with WithTimeInPurgatory (empty without). It is measured
@@ -189,6 +192,12 @@ func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
 // an operation parked while no check looked at its keys' shards is tried
 // once, not twice as in Kafka.
 //
+// An operation whose lock is an operation.SharedLock that is held (by a
+// callback running under it, say, parking the next operation of a group)
+// is refused now if it must be, and otherwise parked when the lock is
+// next unlocked, by whoever unlocks it: the call returns false at once.
+// Waiting for the lock could wait for the caller itself.
+//
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
 // uninitialised operation, an operation already parked, completed or
 // cancelled (ErrAlreadyWatched), more than operation.MaxKeys keys
@@ -221,7 +230,39 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		p.full.Add(1)
 		return false, ErrFull
 	}
+	l, ok := lifecycle.LockForPark(o)
+	if !ok {
+		return p.deferPark(op, o, keys, levels)
+	}
+	return p.park(o, l, keys, levels)
+}
 
+// deferPark hands the park of op, whose SharedLock is held, to whoever
+// unlocks it next: perhaps this goroutine, in a callback of an operation
+// that shares the lock, where waiting for the lock would never end. What
+// can be refused is refused now; the rest of the park, from its first
+// TryComplete on, runs at the unlock.
+func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
+	if !lifecycle.Parkable(o) {
+		p.tracker.Unreserve()
+		return false, ErrAlreadyWatched
+	}
+	held := slices.Clone(keys) // the caller may reuse its slice once we return
+	p.at(stepDeferred)
+	lifecycle.DeferPark(o, func(l sync.Locker) {
+		if _, err := p.park(o, l, held, levels); err != nil {
+			// Only a second park of op, racing with this one, gets here.
+			p.logger.Error("purgatory: deferred park refused", "purgatory", p.name,
+				"operation", fmt.Sprintf("%T", op), "err", err)
+		}
+	})
+	return false, nil
+}
+
+// park is TryCompleteElseWatch from the moment it holds op's lock l, which
+// it releases. It has taken a place (Reserve) that park gives back if it
+// parks nothing.
+func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels []int64) (bool, error) {
 	// A long timeout waits in the deferral before it enters the timer,
 	// with its deadline fixed now, on the timer's clock.
 	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
@@ -229,8 +270,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if hold || p.tracker.Now != nil {
 		now = p.now()
 	}
-	l := lifecycle.LockForPark(o)
-	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys))
+	h, ok := lifecycle.Park(o, &p.tracker, now, hold, len(keys))
 	if !ok {
 		lifecycle.UnlockAfterPark(o, l)
 		p.tracker.Unreserve()
@@ -263,7 +303,6 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	p.at(stepUnlocked)
 	if p.timer != nil && !lifecycle.IsCompleted(o) {
 		if hold {
-			lifecycle.PresetDeadline(o, now)
 			p.deferred.hold(o, h)
 		} else if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
 			return false, nil
@@ -375,11 +414,92 @@ func (p *Purgatory[K, T]) CancelForKey(key K) []T {
 	return out
 }
 
+// CompleteForKey completes every pending operation watching key, each
+// once, and returns how many it completed. Each completes as if by
+// ForceComplete, except that its Cause reports cause: OnComplete runs,
+// OnExpiration does not, and it is counted in Stats.CompletedForKey. Use
+// it to answer everything waiting on something that has gone (a group
+// unloaded, a partition's leadership moved away) now, with an error,
+// rather than at each operation's timeout. A nil cause is allowed: Cause
+// then reports nil, as for an early completion.
+//
+// Like CancelForKey it stops watching key; operations parked on key after
+// it has run are not completed. Like ForceComplete it takes no lock, so a
+// callback running under a lock the operations share may call it; a
+// check running an operation's TryComplete at the same moment may see
+// its ForceComplete lose.
+func (p *Purgatory[K, T]) CompleteForKey(key K, cause error) int {
+	ops := p.watchers.Remove(key)
+	if len(ops) == 0 {
+		return 0
+	}
+	p.at(stepCancelRemoved)
+	c := &cause
+	n := 0
+	for _, o := range ops {
+		if lifecycle.CompleteWith(o, c) {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetTimeout gives op, pending in this purgatory, the timeout timeout
+// from now: its deadline moves, earlier or later, and Timeout reports the
+// new one. It reports whether op was pending: false, changing nothing, if
+// it had completed (by any path, including its old deadline, which wins
+// a race with the reset once the timer has begun to expire it), been
+// cancelled, or was never parked here. A timeout of zero or less expires
+// op at once. Like a timer's Add it costs O(1), and it allocates nothing.
+//
+// It is how a session is kept alive: Kafka's group coordinator completes
+// a member's heartbeat operation and parks a new one at every heartbeat;
+// here the one operation stays parked, on its keys, and its deadline moves.
+//
+// ResetTimeout takes no lock of op's, so a callback running under a lock
+// op shares may call it. After Shutdown it returns false, and op is
+// expired as Shutdown expires every pending operation (or left, with
+// WithLeavePendingOnShutdown). With WithoutTimer nothing expires: only
+// the timeout that Timeout reports changes.
+func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
+	if nilcheck.IsNil(op) {
+		return false
+	}
+	o := lifecycle.Of(op)
+	if !lifecycle.PendingIn(o, &p.tracker) {
+		return false
+	}
+	// With a deferral, op may be held: the deadline must be fixed on the
+	// timer's clock now, or the held Add would measure it from later.
+	preset := p.deferred != nil
+	var now int64
+	if preset {
+		now = p.now()
+	}
+	if !lifecycle.Reset(o, timeout, now, preset) {
+		return false
+	}
+	p.at(stepReset)
+	if p.timer == nil {
+		return true
+	}
+	if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
+		return false
+	}
+	if p.closed.Load() && !p.leavePending {
+		// Shutdown may have collected the pending operations before the
+		// Add put op back: expire it here, as a park does.
+		lifecycle.Expire(o, lifecycle.Shutdown)
+		return false
+	}
+	return true
+}
+
 // Stats returns the purgatory's counters.
 func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
 	var tip TimeInPurgatory
-	for k, h := range []*Histogram{&tip.CompletedEarly, &tip.Expired, &tip.ContextDone, &tip.Shutdown} {
+	for k, h := range []*Histogram{&tip.CompletedEarly, &tip.Expired, &tip.ContextDone, &tip.Shutdown, &tip.CompletedForKey} {
 		p.tracker.Times(lifecycle.Kind(k), &h.s)
 	}
 	return Stats{
@@ -390,6 +510,7 @@ func (p *Purgatory[K, T]) Stats() Stats {
 		Expired:         c.Done[lifecycle.Expired],
 		ContextDone:     c.Done[lifecycle.Context],
 		Shutdown:        c.Done[lifecycle.Shutdown],
+		CompletedForKey: c.Done[lifecycle.ForKey],
 		Cancelled:       c.Cancelled,
 		Purged:          p.purged.Load(),
 		Full:            p.full.Load(),

@@ -15,9 +15,15 @@ const (
 	stepUnlocked                // lock released, before the timeout is added
 	stepTimed                   // the timeout is added, before the final checks
 
-	// stepCancelRemoved is in CancelForKey: the key's list is removed, its
-	// operations not yet cancelled.
+	// stepCancelRemoved is in CancelForKey and CompleteForKey: the key's
+	// list is removed, its operations not yet cancelled or completed.
 	stepCancelRemoved step = 100
+	// stepDeferred is in a park that found its SharedLock held: refusals
+	// are made, the park is not yet handed to the lock.
+	stepDeferred step = 101
+	// stepReset is in ResetTimeout: the deadline is moved and the timer
+	// entry cancelled, not yet added again.
+	stepReset step = 102
 )
 
 // hooks are a purgatory's test hooks; nil outside tests.

@@ -73,7 +73,7 @@ func NewCollector(opts ...Option) *Collector {
 			"Operations parked and not yet completed or cancelled (Kafka's NumDelayedOperations)."),
 		timeInPurgatory: prometheus.NewDesc("purgatory_time_in_purgatory_seconds",
 			"Time operations spent parked, from TryCompleteElseWatch to completion, "+
-				"by outcome: early, expired, context or shutdown "+
+				"by outcome: early, expired, context, shutdown or for_key "+
 				"(the purgatory's share of Kafka's request metric RemoteTimeMs).",
 			[]string{"purgatory", "outcome"}, nil),
 		buckets: b,
@@ -93,6 +93,9 @@ func NewCollector(opts ...Option) *Collector {
 		{desc("purgatory_expired_by_shutdown_total",
 			"Pending operations expired by Shutdown."),
 			func(s *purgatory.Stats) uint64 { return s.Shutdown }},
+		{desc("purgatory_completed_for_key_total",
+			"Operations completed by CompleteForKey, with the cause it was given."),
+			func(s *purgatory.Stats) uint64 { return s.CompletedForKey }},
 		{desc("purgatory_cancelled_total",
 			"Operations taken out by CancelForKey, with no callback run."),
 			func(s *purgatory.Stats) uint64 { return s.Cancelled }},

@@ -260,7 +260,7 @@ func TestHistogramCountsAreExact(t *testing.T) {
 	assert.Equal(t, time.Duration(1)<<37, bounds[24])
 
 	got := histograms(t, c)
-	require.Len(t, got, 8, "2 purgatories x 4 outcomes")
+	require.Len(t, got, 10, "2 purgatories x 5 outcomes")
 	for _, p := range []string{"Produce", "Fetch"} {
 		for _, o := range []string{"early", "expired", "context", "shutdown"} {
 			key := p + "/" + o
@@ -321,7 +321,7 @@ func TestWithBucketsCountsWholeLibraryBuckets(t *testing.T) {
 	require.NoError(t, c.Add("Produce", p))
 
 	const want = `
-# HELP purgatory_time_in_purgatory_seconds Time operations spent parked, from TryCompleteElseWatch to completion, by outcome: early, expired, context or shutdown (the purgatory's share of Kafka's request metric RemoteTimeMs).
+# HELP purgatory_time_in_purgatory_seconds Time operations spent parked, from TryCompleteElseWatch to completion, by outcome: early, expired, context, shutdown or for_key (the purgatory's share of Kafka's request metric RemoteTimeMs).
 # TYPE purgatory_time_in_purgatory_seconds histogram
 purgatory_time_in_purgatory_seconds_bucket{outcome="early",purgatory="Produce",le="0.001"} 1
 purgatory_time_in_purgatory_seconds_bucket{outcome="early",purgatory="Produce",le="0.01"} 1
@@ -344,6 +344,13 @@ purgatory_time_in_purgatory_seconds_bucket{outcome="context",purgatory="Produce"
 purgatory_time_in_purgatory_seconds_bucket{outcome="context",purgatory="Produce",le="+Inf"} 0
 purgatory_time_in_purgatory_seconds_sum{outcome="context",purgatory="Produce"} 0
 purgatory_time_in_purgatory_seconds_count{outcome="context",purgatory="Produce"} 0
+purgatory_time_in_purgatory_seconds_bucket{outcome="for_key",purgatory="Produce",le="0.001"} 0
+purgatory_time_in_purgatory_seconds_bucket{outcome="for_key",purgatory="Produce",le="0.01"} 0
+purgatory_time_in_purgatory_seconds_bucket{outcome="for_key",purgatory="Produce",le="0.016777216"} 0
+purgatory_time_in_purgatory_seconds_bucket{outcome="for_key",purgatory="Produce",le="0.05"} 0
+purgatory_time_in_purgatory_seconds_bucket{outcome="for_key",purgatory="Produce",le="+Inf"} 0
+purgatory_time_in_purgatory_seconds_sum{outcome="for_key",purgatory="Produce"} 0
+purgatory_time_in_purgatory_seconds_count{outcome="for_key",purgatory="Produce"} 0
 purgatory_time_in_purgatory_seconds_bucket{outcome="shutdown",purgatory="Produce",le="0.001"} 0
 purgatory_time_in_purgatory_seconds_bucket{outcome="shutdown",purgatory="Produce",le="0.01"} 0
 purgatory_time_in_purgatory_seconds_bucket{outcome="shutdown",purgatory="Produce",le="0.016777216"} 0
@@ -396,7 +403,7 @@ func TestCollectAndLint(t *testing.T) {
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
-	assert.Equal(t, 2*(2+8+4), testutil.CollectAndCount(c), "2 gauges, 8 counters, 4 histograms per purgatory")
+	assert.Equal(t, 2*(2+9+5), testutil.CollectAndCount(c), "2 gauges, 9 counters, 5 histograms per purgatory")
 }
 
 // Add refuses what would make a scrape fail or be ambiguous, and changes

@@ -1,6 +1,6 @@
 // Package lifecycle is the state machine of a delayed operation: created,
 // parked, watched, timed, and then exactly one of completed (early, expired,
-// context, shutdown) or cancelled. Package operation embeds an Op in its
+// context, shutdown, for a key) or cancelled. Package operation embeds an Op in its
 // public Base; package purgatory drives the transitions. Users reach none of
 // it: Op has no exported methods, so embedding it promotes nothing a user
 // can call or shadow.
@@ -11,12 +11,12 @@
 // entry, tasklist.Entry), changed only by compare-and-swap:
 //
 //	bit 0      completed (terminal)
-//	bits 1-2   how it completed: early, expired, context, shutdown
-//	bit 3      parked: counted in its Tracker's pending
-//	bit 4      a check found the lock held and left a note
-//	bits 5-6   the operation's own lock (lock.go)
-//	bit 7      fat: the Handle carries a lock given to WithLock, or a context
-//	bit 8      cancelled (terminal unless completed by ForceComplete)
+//	bits 1-3   how it completed: early, expired, context, shutdown, for a key
+//	bit 4      parked: counted in its Tracker's pending
+//	bit 5      a check found the lock held and left a note
+//	bits 6-7   the operation's own lock (lock.go)
+//	bit 8      fat: the Handle carries a lock given to WithLock, or a context
+//	bit 9      cancelled (terminal unless completed by ForceComplete)
 //	bits 10-31 live watch entries, counted in the Tracker's watched
 //
 // Every transition that counts is one compare-and-swap, and the counts move
@@ -88,13 +88,13 @@ func (o *Op) entry() *tasklist.Entry { return tasklist.EntryOf(&o.link) }
 const (
 	stCompleted uint32 = 1 << 0
 	kindShift          = 1
-	kindMask    uint32 = 3 << kindShift
-	stParked    uint32 = 1 << 3
-	stTryAgain  uint32 = 1 << 4
-	stLocked    uint32 = 1 << 5
-	stWaiters   uint32 = 1 << 6
-	stFat       uint32 = 1 << 7
-	stCancelled uint32 = 1 << 8
+	kindMask    uint32 = 7 << kindShift
+	stParked    uint32 = 1 << 4
+	stTryAgain  uint32 = 1 << 5
+	stLocked    uint32 = 1 << 6
+	stWaiters   uint32 = 1 << 7
+	stFat       uint32 = 1 << 8
+	stCancelled uint32 = 1 << 9
 
 	watchShift        = 10
 	watchOne   uint32 = 1 << watchShift
@@ -114,6 +114,10 @@ const (
 	Expired              // its timeout
 	Context              // its context ended
 	Shutdown             // the purgatory shut down
+	ForKey               // CompleteWith, for a key, with a cause
+
+	// Kinds is the number of Kinds.
+	Kinds = 5
 )
 
 func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
@@ -144,7 +148,7 @@ func (o *Op) ExpireEntry(e *tasklist.Entry) bool {
 	if e != o.entry() {
 		return false
 	}
-	finish(o, Expired)
+	expire(o)
 	return true
 }
 
@@ -162,10 +166,11 @@ type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
 	op atomic.Pointer[Op]
 	// ext is what only some operations need: nil unless the operation has
-	// a lock or a context of its own (stFat), or its Tracker records the
-	// time in purgatory. Written before the Handle is published, then
-	// only read.
-	ext *handleExt
+	// a lock or a context of its own (stFat), its Tracker records the
+	// time in purgatory, or CompleteWith gave it a cause. Once set it
+	// never changes: set before the Handle is published, or, by
+	// CompleteWith, from nil with a compare-and-swap.
+	ext atomic.Pointer[handleExt]
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
@@ -173,13 +178,14 @@ func (h *Handle) Op() *Op { return h.op.Load() }
 
 // handleExt carries what only some operations have: the clock reading of
 // the park, for a Tracker that records times; a lock given to WithLock; a
-// context.
+// context; the cause given to CompleteWith.
 type handleExt struct {
 	parked int64
 	lock   sync.Locker
 	shared *SharedLock
 	ctx    context.Context
 	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+	cause  atomic.Pointer[error]       // CompleteWith's, the first one given
 }
 
 // extHandle is a Handle and its handleExt in one allocation.
@@ -190,13 +196,13 @@ type extHandle struct {
 
 func newExtHandle() *Handle {
 	eh := &extHandle{}
-	eh.ext = &eh.x
+	eh.ext.Store(&eh.x)
 	return &eh.Handle
 }
 
 // parkedAt returns the clock reading of the operation's park, for a
 // Tracker that records times.
-func (o *Op) parkedAt() int64 { return o.h.ext.parked }
+func (o *Op) parkedAt() int64 { return o.h.ext.Load().parked }
 
 // MaxTimeout is the longest timeout an Op keeps: 2^61 ns, 73 years. Init
 // takes longer ones as this, so that a deadline measured from any clock
@@ -207,7 +213,7 @@ func (o *Op) fat() *handleExt {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return o.h.ext
+	return o.h.ext.Load()
 }
 
 // Options are what Init takes besides the timeout.
@@ -230,13 +236,14 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	}
 	e := o.entry()
 	e.Owner = self
-	e.Delay = min(timeout, MaxTimeout)
+	e.Delay.Store(int64(min(timeout, MaxTimeout)))
 	if opt.Ctx != nil && opt.Ctx.Done() == nil {
 		opt.Ctx = nil // never ends: nothing to watch
 	}
 	if opt.Lock != nil || opt.Ctx != nil {
 		h := newExtHandle()
-		h.ext.lock, h.ext.shared, h.ext.ctx = opt.Lock, opt.Shared, opt.Ctx
+		x := h.ext.Load()
+		x.lock, x.shared, x.ctx = opt.Lock, opt.Shared, opt.Ctx
 		o.h = h
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
@@ -253,7 +260,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 func Initialised(o *Op) bool { return o.entry().Owner != nil }
 
 // Timeout returns the timeout given to Init.
-func Timeout(o *Op) time.Duration { return o.entry().Delay }
+func Timeout(o *Op) time.Duration { return time.Duration(o.entry().Delay.Load()) }
 
 // IsCompleted reports whether the operation has completed, by any path.
 func IsCompleted(o *Op) bool { return o.word().Load()&stCompleted != 0 }
@@ -275,6 +282,39 @@ func ContextCause(o *Op) error {
 		return context.Cause(fh.ctx)
 	}
 	return context.Canceled
+}
+
+// KeyCause returns the cause given to CompleteWith, for an operation that
+// completed as ForKey.
+func KeyCause(o *Op) error {
+	if x := o.h.ext.Load(); x != nil {
+		if c := x.cause.Load(); c != nil {
+			return *c
+		}
+	}
+	return nil
+}
+
+// CompleteWith completes a parked operation as ForKey, with cause as what
+// KeyCause reports, and reports whether this call completed it. Like
+// ForceComplete it takes no lock, so that it may be called from a callback
+// running under a lock the operation shares. If several calls race, the
+// cause is the first one stored, whichever call completes it.
+func CompleteWith(o *Op, cause *error) bool {
+	if o.word().Load()&(stParked|stCompleted) != stParked {
+		return false
+	}
+	// Seen parked: o.h is published.
+	h := o.h
+	x := h.ext.Load()
+	if x == nil {
+		x = &handleExt{}
+		if !h.ext.CompareAndSwap(nil, x) {
+			x = h.ext.Load()
+		}
+	}
+	x.cause.CompareAndSwap(nil, cause)
+	return o.complete(ForKey, true)
 }
 
 // ForceComplete completes the operation early if nothing has completed it
@@ -387,15 +427,32 @@ func finish(o *Op, k Kind) bool {
 	return done
 }
 
+// expire is finish for a run of the operation's timer entry by a package
+// timer timer: the run counts only if Reset has not moved the deadline
+// since the entry fired (tasklist.Entry.ClaimRun). The claim is made under
+// the lock, and with the operation parked, so that a stale run neither
+// completes the operation nor stops a Reset that comes before it.
+func expire(o *Op) bool {
+	l := o.lock()
+	l.Lock()
+	done := o.word().Load()&(stParked|stCompleted) == stParked &&
+		o.entry().ClaimRun() && o.complete(Expired, true)
+	o.unlockAndRecheck(l)
+	return done
+}
+
 // Expire completes a parked operation as k: Expired, Context or Shutdown.
 func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
 // returns the Handle its watch lists are to hold; now is the Tracker's
 // clock reading, from which the time in purgatory is measured (read only
-// when t.Now is set), and
-// watches is how many watch entries the caller will push for it, counted
-// here in the same locked add and swap as the park itself. If the
+// when t.Now is set) and, with preset, the timer deadline is fixed
+// (PresetDeadline: the Add that comes later keeps it); watches is how
+// many watch entries the caller will push for it, counted here in the
+// same locked add and swap as the park itself. The deadline is fixed
+// before the swap, so that a Reset that follows the park is never undone
+// by it. If the
 // operation completes before the entries are pushed, its completion
 // uncounts them and the pushed entries are tombstones from the start. It
 // fails if the operation is already parked, completed or cancelled. The
@@ -407,7 +464,7 @@ func Expire(o *Op, k Kind) bool { return finish(o, k) }
 // unparked operation (Park then fails) or sees both (and uncounts the
 // park). The arrival is counted before the swap and taken back if it
 // fails, so that the pending count never dips below zero.
-func Park(o *Op, t *Tracker, now int64, watches int) (*Handle, bool) {
+func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool) {
 	w := o.word()
 	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
 		return nil, false
@@ -426,8 +483,13 @@ func Park(o *Op, t *Tracker, now int64, watches int) (*Handle, bool) {
 		o.h = h
 	}
 	h.op.Store(o)
-	if h.ext != nil {
-		h.ext.parked = now
+	if x := h.ext.Load(); x != nil {
+		x.parked = now
+	}
+	if preset {
+		// Never added (never parked), so no timer reads the entry yet.
+		e := o.entry()
+		e.PresetDeadline(tasklist.Deadline(e.Delay.Load(), now))
 	}
 	o.t = t
 	st := t.stripe(o)
@@ -448,6 +510,10 @@ func Park(o *Op, t *Tracker, now int64, watches int) (*Handle, bool) {
 		}
 	}
 }
+
+// Parkable reports whether the operation could be parked now: it is not
+// parked, completed or cancelled.
+func Parkable(o *Op) bool { return o.word().Load()&(stParked|stCompleted|stCancelled) == 0 }
 
 // ArmContext starts watching the operation's context, if it has one: when
 // the context ends, the operation completes as Context. Call it after Park.
@@ -514,11 +580,27 @@ func CancelTimerIfDone(o *Op) {
 	}
 }
 
-// PresetDeadline fixes the operation's timer deadline at now plus its
-// timeout, now being a reading of its timer's clock: the Add that comes
-// later keeps it (tasklist.Entry.PresetDeadline). The caller has parked
-// the operation and hands it to that Add through a mutex.
-func PresetDeadline(o *Op, now int64) {
-	e := o.entry()
-	e.PresetDeadline(tasklist.Deadline(int64(e.Delay), now))
+// PendingIn reports whether the operation is parked in the purgatory that
+// counts in t, and has not completed.
+func PendingIn(o *Op, t *Tracker) bool {
+	// Seen parked: o.t is published.
+	return o.word().Load()&(stParked|stCompleted) == stParked && o.t == t
+}
+
+// Reset gives a parked operation the timeout d, from now: with preset,
+// its timer deadline is fixed at now+d on the timer's clock (now is a
+// reading of it); otherwise the next Add measures d from its own clock.
+// The timer entry is left cancelled: the caller adds it again
+// (Task). It reports false if the operation is not pending, or if its
+// old deadline won: its timer entry fired and its expiry claimed it.
+//
+// It takes no lock: a callback running under a lock the operation shares
+// may call it. The entry's add-lock orders it with Adds of the entry, and
+// the claim of its run with the expiry (expire).
+func Reset(o *Op, d time.Duration, now int64, preset bool) bool {
+	if o.word().Load()&(stParked|stCompleted) != stParked {
+		return false
+	}
+	d = min(d, MaxTimeout)
+	return o.entry().Reschedule(d, tasklist.Deadline(int64(d), now), preset)
 }

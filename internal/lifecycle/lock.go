@@ -193,10 +193,27 @@ func TryComplete(o *Op) bool {
 // LockForPark takes the operation's lock for TryCompleteElseWatch, which
 // holds it across Park, the first TryComplete, watching every key and the
 // last TryComplete (LastTryLocked). Release it with UnlockAfterPark.
-func LockForPark(o *Op) sync.Locker {
+//
+// For an operation under a SharedLock that is held, it takes nothing and
+// reports false: the holder may be this goroutine, running a callback of
+// another operation that shares the lock, and waiting would never end.
+// The caller hands the park to DeferPark instead.
+func LockForPark(o *Op) (sync.Locker, bool) {
 	l := o.lock()
+	if fh := o.fat(); fh != nil && fh.shared != nil {
+		return l, fh.shared.TryLock()
+	}
 	l.Lock()
-	return l
+	return l, true
+}
+
+// DeferPark has park run, holding the operation's SharedLock, once whoever
+// holds it now unlocks it, or at once if it was unlocked meanwhile. park
+// must release the lock (UnlockAfterPark). Call it only for an operation
+// whose LockForPark reported false.
+func DeferPark(o *Op, park func(l sync.Locker)) {
+	s := o.fat().shared
+	s.deferPark(func() { park(s) })
 }
 
 // UnlockAfterPark releases the lock taken by LockForPark and makes any
@@ -247,12 +264,14 @@ func (o *Op) tryComplete() (done bool) {
 // SharedLock is a lock several operations share (Kafka's lockOpt). A check
 // that finds it held leaves the operation on a list, and whoever unlocks
 // next checks the listed operations, so a callback running under the lock
-// may trigger checks of the others that share it. The zero value is
-// unlocked.
+// may trigger checks of the others that share it. A park that finds it
+// held is left the same way (DeferPark), and whoever unlocks next finishes
+// it. The zero value is unlocked.
 type SharedLock struct {
 	mu      sync.Mutex
-	pmu     sync.Mutex // guards pending
+	pmu     sync.Mutex // guards pending and parks
 	pending []*Op
+	parks   []func() // each runs holding mu, and unlocks it
 }
 
 // Lock locks l.
@@ -261,21 +280,46 @@ func (l *SharedLock) Lock() { l.mu.Lock() }
 // TryLock tries to lock l and reports whether it did.
 func (l *SharedLock) TryLock() bool { return l.mu.TryLock() }
 
-// Unlock unlocks l, then checks every operation whose check found l held.
+// Unlock unlocks l, then finishes every park that found l held, and
+// checks every operation whose check found l held.
 func (l *SharedLock) Unlock() {
 	l.mu.Unlock()
 	for {
 		l.pmu.Lock()
-		ops := l.pending
-		l.pending = nil
+		ops, parks := l.pending, l.parks
+		l.pending, l.parks = nil, nil
 		l.pmu.Unlock()
-		if len(ops) == 0 {
+		if len(ops) == 0 && len(parks) == 0 {
 			return
+		}
+		for _, park := range parks {
+			l.runPark(park)
 		}
 		for _, o := range ops {
 			TryComplete(o)
 		}
 	}
+}
+
+// deferPark leaves park for whoever unlocks l next. If l was unlocked
+// before park was listed, nobody may come: run the list here.
+func (l *SharedLock) deferPark(park func()) {
+	l.pmu.Lock()
+	l.parks = append(l.parks, park)
+	l.pmu.Unlock()
+	if l.mu.TryLock() {
+		l.Unlock()
+	}
+}
+
+// runPark runs park holding l, or, if another goroutine took l since it
+// was unlocked, leaves park to it.
+func (l *SharedLock) runPark(park func()) {
+	if !l.mu.TryLock() {
+		l.deferPark(park)
+		return
+	}
+	park() // unlocks l, which runs whatever was listed meanwhile
 }
 
 func (l *SharedLock) deferCheck(o *Op) {

@@ -57,7 +57,7 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	o := newSeamOp(context.Background())
 	var tr Tracker
 	at(&tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
-	h, ok := Park(&o.Op, &tr, 0, 0)
+	h, ok := Park(&o.Op, &tr, 0, false, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
@@ -81,7 +81,7 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 		require.NotNil(t, o.h.Op(), "Park has filled in the Handle")
 		require.True(t, ForceComplete(o))
 	})
-	h, ok := Park(&o.Op, &tr, 0, 0)
+	h, ok := Park(&o.Op, &tr, 0, false, 0)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Same(t, initHandle, o.h, "Park keeps Init's Handle")
@@ -102,7 +102,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	defer cancel()
 	o := newSeamOp(ctx)
 	var tr Tracker
-	_, ok := Park(&o.Op, &tr, 0, 0)
+	_, ok := Park(&o.Op, &tr, 0, false, 0)
 	require.True(t, ok)
 	at(&tr, "registered", func(o *Op) {
 		require.Nil(t, o.fat().stop.Load(), "not stored yet")
@@ -144,14 +144,14 @@ func timeIn(tr *Tracker, k Kind) hist.Snapshot {
 func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
-	_, ok := Park(&o.Op, tr, 0, 0)
+	_, ok := Park(&o.Op, tr, 0, false, 0)
 	require.True(t, ok)
 
 	assert.False(t, ForceComplete(&o.Op))
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, 1, o.expiries)
 	c := tr.Counts()
-	assert.Equal(t, [4]uint64{Expired: 1}, c.Done)
+	assert.Equal(t, [Kinds]uint64{Expired: 1}, c.Done)
 	assert.Zero(t, c.Pending)
 	assert.Equal(t, int64(5*time.Millisecond)+1, timeIn(tr, Expired).Hi)
 	assert.Zero(t, timeIn(tr, Early).Hi, "the loser records nothing")
@@ -163,13 +163,13 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
-	_, ok := Park(&o.Op, tr, 0, 0)
+	_, ok := Park(&o.Op, tr, 0, false, 0)
 	require.True(t, ok)
 
 	assert.True(t, ForceComplete(&o.Op))
 	assert.Equal(t, 1, o.completes)
 	c := tr.Counts()
-	assert.Equal(t, [4]uint64{}, c.Done)
+	assert.Equal(t, [Kinds]uint64{}, c.Done)
 	assert.Equal(t, uint64(1), c.Cancelled)
 	assert.Zero(t, c.Pending)
 	assert.Zero(t, timeIn(tr, Early).Hi)

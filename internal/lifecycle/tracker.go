@@ -35,12 +35,12 @@ type Tracker struct {
 	// Nil outside tests; set it before the Tracker is used.
 	Hooks *Hooks
 	// hists are striped like the counters, fewer: each is about 2 KiB.
-	hists [histStripes][4]hist.Counters
+	hists [histStripes][Kinds]hist.Counters
 }
 
 const histStripes = 4
 
-func (t *Tracker) times(o *Op) *[4]hist.Counters {
+func (t *Tracker) times(o *Op) *[Kinds]hist.Counters {
 	return &t.hists[(uintptr(unsafe.Pointer(o))>>7)%histStripes]
 }
 
@@ -61,11 +61,11 @@ type trackerStripe struct {
 	// Written where they complete or are cancelled. On a line of their
 	// own: a request parked on one core and completed on another would
 	// otherwise take this line from the other core twice.
-	left      atomic.Uint64    // parked operations that completed or were cancelled, and their watch entries (counts)
-	done      [4]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
+	left      atomic.Uint64        // parked operations that completed or were cancelled, and their watch entries (counts)
+	done      [Kinds]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
-	_         [128 - 56]byte
+	_         [128 - 64]byte
 }
 
 func (t *Tracker) stripe(o *Op) *trackerStripe {
@@ -75,7 +75,7 @@ func (t *Tracker) stripe(o *Op) *trackerStripe {
 // Counts is a sum of a Tracker's stripes.
 type Counts struct {
 	Pending, Watched int64
-	Done             [4]uint64 // by Kind
+	Done             [Kinds]uint64 // by Kind
 	Cancelled        uint64
 	Panics           uint64
 }

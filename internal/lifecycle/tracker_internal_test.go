@@ -51,7 +51,7 @@ func TestLiveNeverNegative(t *testing.T) {
 			defer wg.Done()
 			for range each {
 				o := newSeamOp(context.Background())
-				Park(&o.Op, &tr, 0, 3)
+				Park(&o.Op, &tr, 0, false, 3)
 				ops <- o
 			}
 		}()
@@ -85,7 +85,7 @@ func TestLiveWithAnOperationBetweenItsPasses(t *testing.T) {
 		}
 		once = true
 		o := newSeamOp(context.Background())
-		_, ok := Park(&o.Op, &tr, 0, 2)
+		_, ok := Park(&o.Op, &tr, 0, false, 2)
 		require.True(t, ok)
 		require.True(t, ForceComplete(&o.Op))
 	}}

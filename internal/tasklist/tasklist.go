@@ -16,9 +16,10 @@
 //     holds the entry's add-lock (LockAdd, TryLockAdd), so no two goroutines
 //     link one entry at once. list is read without a lock to find which
 //     List to lock, then read again under that lock.
-//   - Expire and Delay are written by the holder of the add-lock (an Add);
-//     Owner is written once, before the entry is first added, and only read
-//     after.
+//   - Expire is written by the holder of the add-lock (an Add, a
+//     Reschedule), or before the entry is first published; Delay is atomic,
+//     written at creation and by Reschedule. Owner is written once, before
+//     the entry is first added, and only read after.
 package tasklist
 
 import (
@@ -47,8 +48,8 @@ type Entry struct {
 	// Expire is when the entry is due, in nanoseconds on its timer's
 	// clock. The holder of the add-lock writes it; the timer reads it.
 	Expire int64
-	// Delay is what the next Add measures Expire from.
-	Delay time.Duration
+	// Delay is what the next Add measures Expire from, in nanoseconds.
+	Delay atomic.Int64
 	// Owner is what the timer runs when the entry expires: the timer.Task
 	// that embeds it, or an operation (see package timer's run).
 	Owner any
@@ -71,9 +72,13 @@ const (
 	// AddLock is addLock, for tests that play an Add holding it.
 	AddLock = addLock
 
-	// preset says that the owner fixed Expire (PresetDeadline): an Add
+	// presetBit says that the owner fixed Expire (PresetDeadline): an Add
 	// keeps it rather than measuring Delay from its clock.
-	preset uint32 = 8
+	presetBit uint32 = 8
+
+	// claimed says that the run of a fired entry has begun to complete
+	// its owner (ClaimRun): a Reschedule that comes after it fails.
+	claimed uint32 = 16
 )
 
 // PresetDeadline fixes the entry's deadline at d, on its timer's clock:
@@ -82,11 +87,63 @@ const (
 // happens-before edge to that Add (a mutex, a channel).
 func (e *Entry) PresetDeadline(d int64) {
 	e.Expire = d
-	e.State.Or(preset)
+	e.State.Or(presetBit)
 }
 
 // HasPresetDeadline reports whether PresetDeadline fixed Expire.
-func (e *Entry) HasPresetDeadline() bool { return e.State.Load()&preset != 0 }
+func (e *Entry) HasPresetDeadline() bool { return e.State.Load()&presetBit != 0 }
+
+// ClaimRun claims the run of a fired entry for its owner, and reports
+// false if the entry was rescheduled since it fired (it is then cancelled,
+// or pending again at its new deadline): the run is stale and must do
+// nothing. An owner whose deadline can move (Reschedule) calls it before
+// acting on a run, under a lock that orders it with other runs.
+func (e *Entry) ClaimRun() bool {
+	for {
+		w := e.State.Load()
+		if w&stateMask != stateIdle {
+			return false
+		}
+		if w&claimed != 0 || e.State.CompareAndSwap(w, w|claimed) {
+			return true
+		}
+	}
+}
+
+// Reschedule gives the entry a new delay and, if preset, a fixed deadline
+// (as PresetDeadline does), and cancels it: the caller adds it again
+// (Add moves nothing that is cancelled, it places it anew). It reports
+// false, changing nothing, if a run of the entry was claimed (ClaimRun):
+// the old deadline won. A run that fired before it and has not yet been
+// claimed finds the entry cancelled, or pending again, and its claim
+// fails, so the entry never runs for a deadline it no longer has.
+//
+// It holds the add-lock while it writes, so that an Add (or a refile by
+// the timer) of the same entry reads either the old deadline or the new
+// one, and waits for one in progress.
+func (e *Entry) Reschedule(delay time.Duration, deadline int64, preset bool) bool {
+	for spins := 0; ; spins++ {
+		w := e.State.Load()
+		if w&claimed != 0 {
+			return false
+		}
+		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
+			break
+		}
+		if spins > 8 {
+			runtime.Gosched()
+		}
+	}
+	e.Delay.Store(int64(delay))
+	if preset {
+		e.Expire = deadline
+		e.State.Or(presetBit)
+	} else {
+		e.State.And(^presetBit)
+	}
+	e.UnlockAdd() // no longer pending: takes it out of its bucket
+	return true
+}
 
 // Deadline returns when an entry with delay nanoseconds is due if added at
 // now: now+delay, math.MaxInt64 if that overflows (a deadline no clock

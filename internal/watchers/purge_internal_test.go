@@ -19,7 +19,7 @@ func parkOp(t *testing.T, n int) (*optest.Op, *lifecycle.Handle) {
 	t.Helper()
 	o := optest.New(time.Hour)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &purgeTracker, 0, n)
+	h, ok := lifecycle.Park(lo, &purgeTracker, 0, false, n)
 	require.True(t, ok)
 	return o, h
 }

@@ -29,7 +29,7 @@ var tracker lifecycle.Tracker
 // park parks o as the purgatory does, counting its watches.
 func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &tracker, 0, keys)
+	h, ok := lifecycle.Park(lo, &tracker, 0, false, keys)
 	if !ok {
 		panic("not parked")
 	}
