@@ -435,8 +435,13 @@ func finish(o *Op, k Kind) bool {
 func expire(o *Op) bool {
 	l := o.lock()
 	l.Lock()
-	done := o.word().Load()&(stParked|stCompleted) == stParked &&
-		o.entry().ClaimRun() && o.complete(Expired, true)
+	done := false
+	if o.word().Load()&(stParked|stCompleted) == stParked && o.entry().ClaimRun() {
+		if hk := o.t.Hooks; hk != nil && hk.Claimed != nil {
+			hk.Claimed(o)
+		}
+		done = o.complete(Expired, true)
+	}
 	o.unlockAndRecheck(l)
 	return done
 }
