@@ -2,6 +2,7 @@ package purgatory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -184,4 +185,105 @@ func TestNoLostWakeUpStorm(t *testing.T) {
 	assert.Equal(t, 0, p.Watched())
 	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
 	assert.Equal(t, uint64(n), p.Stats().CompletedEarly)
+}
+
+// The same storm with sessions being kept alive and keys answered: one
+// goroutine resets random operations' timeouts (a heartbeat), another
+// completes everything on a random key with a cause, while the checker
+// and the forcer run and the reaper expires. Every operation still
+// completes exactly once, each by one path, and the counts add up.
+func TestResetAndCompleteForKeyStorm(t *testing.T) {
+	const (
+		n    = 5000
+		keys = 64
+	)
+	p, err := purgatory.New[string, *mockOp]("storm",
+		purgatory.WithPurgeInterval(100),
+		purgatory.WithTimerOptions(timer.WithTick(200*time.Microsecond)))
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+
+	key := func(i int) string { return fmt.Sprintf("k%d", i) }
+	ops := make([]*mockOp, n)
+	opKeys := make([][]string, n)
+	for i := range ops {
+		ops[i] = newOp(time.Duration(1+rand.IntN(30)) * time.Millisecond)
+		for range 1 + rand.IntN(3) {
+			opKeys[i] = append(opKeys[i], key(rand.IntN(keys)))
+		}
+	}
+	var parked atomic.Int64
+	var resets, forKey atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range ops {
+			_, err := p.TryCompleteElseWatch(ops[i], opKeys[i]...)
+			assert.NoError(t, err)
+			parked.Store(int64(i + 1))
+		}
+	}()
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := parked.Load()
+				if m == 0 {
+					continue
+				}
+				i := r.IntN(int(m))
+				switch g {
+				case 0: // the forcer, seldom
+					if r.IntN(8) == 0 {
+						ops[i].ForceComplete()
+					}
+				case 1: // the checker
+					ops[i].Ready.Store(r.IntN(4) == 0)
+					p.CheckAndComplete(opKeys[i][r.IntN(len(opKeys[i]))])
+				case 2: // the heartbeat
+					if p.ResetTimeout(ops[i], time.Duration(1+r.IntN(30))*time.Millisecond) {
+						resets.Add(1)
+					}
+				case 3: // the key answerer, seldom
+					if r.IntN(1024) == 0 {
+						forKey.Add(int64(p.CompleteForKey(key(r.IntN(keys)), errMoved)))
+					}
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return parked.Load() == n && p.NumDelayed() == 0 },
+		2*time.Minute, time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for i := range keys {
+		p.CheckAndComplete(key(i))
+	}
+	assert.Equal(t, 0, p.Watched())
+	var expired, byKey uint64
+	for i, o := range ops {
+		require.Equal(t, int32(1), o.Completes.Load(), "operation %d: OnComplete count", i)
+		e := o.Expiries.Load()
+		require.LessOrEqual(t, e, int32(1))
+		require.Equal(t, o.IsExpired(), e == 1, "operation %d: OnExpiration only where expiry won", i)
+		expired += uint64(e)
+		if errors.Is(o.Cause(), errMoved) {
+			byKey++
+		}
+	}
+	s := p.Stats()
+	assert.Equal(t, expired, s.Expired)
+	assert.Equal(t, byKey, s.CompletedForKey)
+	assert.Equal(t, uint64(forKey.Load()), s.CompletedForKey, "CompleteForKey's returns")
+	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired+s.CompletedForKey)
+	t.Logf("stats: %+v; %d resets applied", s, resets.Load())
 }
