@@ -18,20 +18,21 @@ import (
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-// Exactly-once storm: many operations on random keys with short timeouts,
-// while goroutines mark them completable and check their keys, and others
-// force-complete them directly. Every OnComplete runs once; OnExpiration
-// runs at most once and only where expiry won; the gauges drain to zero.
-func TestExactlyOnceStorm(t *testing.T) {
-	const (
-		n    = 20000
-		keys = 64
-	)
+// exactlyOnceStorm parks n operations, with short timeouts, on random
+// keys of a set of nkeys, from one goroutine, while actors goroutines
+// each call act with a random operation already offered, until every
+// operation has left. Then it checks that every OnComplete ran once and
+// OnExpiration at most once, only where expiry won, and that the gauges
+// drained, and returns the purgatory and its operations for the caller's
+// own checks.
+func exactlyOnceStorm(t *testing.T, n, nkeys, actors int,
+	act func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string)) (*pg, []*mockOp) {
+	t.Helper()
 	p, err := purgatory.New[string, *mockOp]("storm",
 		purgatory.WithPurgeInterval(100),
 		purgatory.WithTimerOptions(timer.WithTick(200*time.Microsecond)))
 	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 
 	key := func(i int) string { return fmt.Sprintf("k%d", i) }
 	ops := make([]*mockOp, n)
@@ -39,7 +40,7 @@ func TestExactlyOnceStorm(t *testing.T) {
 	for i := range ops {
 		ops[i] = newOp(time.Duration(1+rand.IntN(30)) * time.Millisecond)
 		for range 1 + rand.IntN(3) {
-			opKeys[i] = append(opKeys[i], key(rand.IntN(keys)))
+			opKeys[i] = append(opKeys[i], key(rand.IntN(nkeys)))
 		}
 	}
 	var parked atomic.Int64 // operations [0, parked) have been offered
@@ -54,7 +55,7 @@ func TestExactlyOnceStorm(t *testing.T) {
 		}
 	}()
 	stop := make(chan struct{})
-	for g := range 3 {
+	for g := range actors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -65,26 +66,18 @@ func TestExactlyOnceStorm(t *testing.T) {
 					return
 				default:
 				}
-				m := parked.Load()
-				if m == 0 {
-					continue
+				if m := parked.Load(); m > 0 {
+					i := r.IntN(int(m))
+					act(p, r, g, ops[i], opKeys[i])
 				}
-				i := r.IntN(int(m))
-				if g == 0 { // the forcer
-					ops[i].ForceComplete()
-					continue
-				}
-				ops[i].Ready.Store(true)
-				ks := opKeys[i]
-				p.CheckAndComplete(ks[r.IntN(len(ks))])
 			}
 		}()
 	}
-	require.Eventually(t, func() bool { return parked.Load() == n && p.NumDelayed() == 0 },
+	require.Eventually(t, func() bool { return parked.Load() == int64(n) && p.NumDelayed() == 0 },
 		2*time.Minute, time.Millisecond)
 	close(stop)
 	wg.Wait()
-	for i := range keys {
+	for i := range nkeys {
 		p.CheckAndComplete(key(i))
 	}
 	assert.Equal(t, 0, p.Watched())
@@ -96,8 +89,25 @@ func TestExactlyOnceStorm(t *testing.T) {
 		require.Equal(t, o.IsExpired(), e == 1, "operation %d: OnExpiration only where expiry won", i)
 		expired += uint64(e)
 	}
+	assert.Equal(t, expired, p.Stats().Expired)
+	return p, ops
+}
+
+// Exactly-once storm: many operations on random keys with short timeouts,
+// while goroutines mark them completable and check their keys, and others
+// force-complete them directly. Every OnComplete runs once; OnExpiration
+// runs at most once and only where expiry won; the gauges drain to zero.
+func TestExactlyOnceStorm(t *testing.T) {
+	const n = 20000
+	p, _ := exactlyOnceStorm(t, n, 64, 3, func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string) {
+		if actor == 0 { // the forcer
+			op.ForceComplete()
+			return
+		}
+		op.Ready.Store(true)
+		p.CheckAndComplete(keys[r.IntN(len(keys))])
+	})
 	s := p.Stats()
-	assert.Equal(t, expired, s.Expired)
 	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired)
 	t.Logf("stats: %+v", s)
 }
@@ -194,94 +204,36 @@ func TestNoLostWakeUpStorm(t *testing.T) {
 // completes exactly once, each by one path, and the counts add up.
 func TestResetAndCompleteForKeyStorm(t *testing.T) {
 	const (
-		n    = 5000
-		keys = 64
+		n     = 5000
+		nkeys = 64
 	)
-	p, err := purgatory.New[string, *mockOp]("storm",
-		purgatory.WithPurgeInterval(100),
-		purgatory.WithTimerOptions(timer.WithTick(200*time.Microsecond)))
-	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
-
-	key := func(i int) string { return fmt.Sprintf("k%d", i) }
-	ops := make([]*mockOp, n)
-	opKeys := make([][]string, n)
-	for i := range ops {
-		ops[i] = newOp(time.Duration(1+rand.IntN(30)) * time.Millisecond)
-		for range 1 + rand.IntN(3) {
-			opKeys[i] = append(opKeys[i], key(rand.IntN(keys)))
-		}
-	}
-	var parked atomic.Int64
 	var resets, forKey atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range ops {
-			_, err := p.TryCompleteElseWatch(ops[i], opKeys[i]...)
-			assert.NoError(t, err)
-			parked.Store(int64(i + 1))
-		}
-	}()
-	stop := make(chan struct{})
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(g), 11))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m := parked.Load()
-				if m == 0 {
-					continue
-				}
-				i := r.IntN(int(m))
-				switch g {
-				case 0: // the forcer, seldom
-					if r.IntN(8) == 0 {
-						ops[i].ForceComplete()
-					}
-				case 1: // the checker
-					ops[i].Ready.Store(r.IntN(4) == 0)
-					p.CheckAndComplete(opKeys[i][r.IntN(len(opKeys[i]))])
-				case 2: // the heartbeat
-					if p.ResetTimeout(ops[i], time.Duration(1+r.IntN(30))*time.Millisecond) {
-						resets.Add(1)
-					}
-				case 3: // the key answerer, seldom
-					if r.IntN(1024) == 0 {
-						forKey.Add(int64(p.CompleteForKey(key(r.IntN(keys)), errMoved)))
-					}
-				}
+	p, ops := exactlyOnceStorm(t, n, nkeys, 4, func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string) {
+		switch actor {
+		case 0: // the forcer, seldom
+			if r.IntN(8) == 0 {
+				op.ForceComplete()
 			}
-		}()
-	}
-	require.Eventually(t, func() bool { return parked.Load() == n && p.NumDelayed() == 0 },
-		2*time.Minute, time.Millisecond)
-	close(stop)
-	wg.Wait()
-	for i := range keys {
-		p.CheckAndComplete(key(i))
-	}
-	assert.Equal(t, 0, p.Watched())
-	var expired, byKey uint64
-	for i, o := range ops {
-		require.Equal(t, int32(1), o.Completes.Load(), "operation %d: OnComplete count", i)
-		e := o.Expiries.Load()
-		require.LessOrEqual(t, e, int32(1))
-		require.Equal(t, o.IsExpired(), e == 1, "operation %d: OnExpiration only where expiry won", i)
-		expired += uint64(e)
+		case 1: // the checker
+			op.Ready.Store(r.IntN(4) == 0)
+			p.CheckAndComplete(keys[r.IntN(len(keys))])
+		case 2: // the heartbeat
+			if p.ResetTimeout(op, time.Duration(1+r.IntN(30))*time.Millisecond) {
+				resets.Add(1)
+			}
+		case 3: // the key answerer, seldom
+			if r.IntN(1024) == 0 {
+				forKey.Add(int64(p.CompleteForKey(fmt.Sprintf("k%d", r.IntN(nkeys)), errMoved)))
+			}
+		}
+	})
+	var byKey uint64
+	for _, o := range ops {
 		if errors.Is(o.Cause(), errMoved) {
 			byKey++
 		}
 	}
 	s := p.Stats()
-	assert.Equal(t, expired, s.Expired)
 	assert.Equal(t, byKey, s.CompletedForKey)
 	assert.Equal(t, uint64(forKey.Load()), s.CompletedForKey, "CompleteForKey's returns")
 	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired+s.CompletedForKey)
