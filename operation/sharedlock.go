@@ -13,13 +13,16 @@ import "github.com/purgatory-go/purgatory/internal/lifecycle"
 // CheckAndComplete for another operation that shares it: the check happens
 // as soon as the lock is released.
 //
-// Parks are handled the same way. TryCompleteElseWatch of an operation
-// whose SharedLock is held, by a callback running under it or by code that
-// locked it, makes its refusals (ErrAlreadyWatched, ErrFull, ErrShutdown,
-// bad keys) at once, returns false, and leaves the rest of the park to
-// whoever unlocks next: the first TryComplete, the watches and the
-// timeout. Until then the operation is not yet counted in NumDelayed and
-// no check finds it. Kafka's group coordinator parks a member's next
+// Parks are handled much the same way. TryCompleteElseWatch of an
+// operation whose SharedLock is held, by a callback running under it or by
+// code that locked it, makes its refusals (ErrAlreadyWatched, ErrFull,
+// ErrShutdown, bad keys) at once, returns false, and leaves the rest of
+// the park to whoever unlocks next, which finishes it (the first
+// TryComplete, the watches, the last TryComplete) before the lock is
+// released, and adds its timeout just after. So the park is over by the
+// time anyone else can take the lock, as with Kafka's re-entrant lock;
+// until the unlock the operation is not yet counted in NumDelayed and no
+// check finds it. Kafka's group coordinator parks a member's next
 // heartbeat from the completion of its join this way.
 //
 // The zero SharedLock is unlocked and ready to use. It must not be copied

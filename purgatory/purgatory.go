@@ -195,8 +195,8 @@ func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
 //
 // An operation whose lock is an operation.SharedLock that is held (by a
 // callback running under it, say, parking the next operation of a group)
-// is refused now if it must be, and otherwise parked when the lock is
-// next unlocked, by whoever unlocks it: the call returns false at once.
+// is refused now if it must be, and otherwise parked by whoever unlocks
+// the lock next, before it releases it: the call returns false at once.
 // Waiting for the lock could wait for the caller itself.
 //
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
@@ -235,7 +235,8 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if !ok {
 		return p.deferPark(op, o, keys, levels)
 	}
-	return p.park(o, l, keys, levels)
+	done, _, err := p.park(o, l, keys, levels)
+	return done, err
 }
 
 // deferPark hands the park of op, whose SharedLock is held, to whoever
@@ -250,20 +251,31 @@ func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []in
 	}
 	held := slices.Clone(keys) // the caller may reuse its slice once we return
 	p.at(stepDeferred)
-	lifecycle.DeferPark(o, func(l sync.Locker) {
-		if _, err := p.park(o, l, held, levels); err != nil {
-			// Only a second park of op, racing with this one, gets here.
+	lifecycle.DeferPark(o, func() func() {
+		_, after, err := p.park(o, nil, held, levels)
+		switch {
+		case err == nil:
+		case lifecycle.IsCompleted(o) && !lifecycle.IsCancelled(o):
+			// A ForceComplete from a goroutine that did not hold the lock
+			// came first. The call that accepted op reported it parked:
+			// count it as an early completion, as if it had been.
+			p.tracker.CountUnparked(o)
+		default:
+			// A second park of op, racing with this one.
 			p.logger.Error("purgatory: deferred park refused", "purgatory", p.name,
 				"operation", fmt.Sprintf("%T", op), "err", err)
 		}
+		return after
 	})
 	return false, nil
 }
 
-// park is TryCompleteElseWatch from the moment it holds op's lock l, which
-// it releases. It has taken a place (Reserve) that park gives back if it
-// parks nothing.
-func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels []int64) (bool, error) {
+// park is TryCompleteElseWatch from the moment op's lock is held: l, which
+// it releases before it adds the timeout; or, for a park deferred by a
+// SharedLock (l nil), the lock its Unlock holds, which park leaves held,
+// returning the rest (the timeout) to run once it is released. It has
+// taken a place (Reserve) that park gives back if it parks nothing.
+func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels []int64) (done bool, after func(), err error) {
 	// A long timeout waits in the deferral before it enters the timer,
 	// with its deadline fixed now, on the timer's clock.
 	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
@@ -273,9 +285,9 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	}
 	h, ok := lifecycle.Park(o, &p.tracker, now, hold, len(keys))
 	if !ok {
-		lifecycle.UnlockAfterPark(o, l)
+		unlockPark(o, l)
 		p.tracker.Unreserve()
-		return false, ErrAlreadyWatched
+		return false, nil, ErrAlreadyWatched
 	}
 	lifecycle.ArmContext(o)
 	// Where the checks of the keys stand before the first TryComplete:
@@ -285,8 +297,8 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	p.watchers.Mark(keys, &marks)
 	p.at(stepParked)
 	if lifecycle.TryCompleteLocked(o) {
-		lifecycle.UnlockAfterPark(o, l)
-		return true, nil
+		unlockPark(o, l)
+		return true, nil, nil
 	}
 	p.at(stepTried)
 	missed := false
@@ -296,17 +308,36 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 		missed = p.watchers.Watch(h, keys, levels, &marks)
 	}
 	p.at(stepWatched)
-	done := lifecycle.LastTryLocked(o, missed)
-	lifecycle.UnlockAfterPark(o, l)
-	if done {
-		return true, nil
+	if lifecycle.LastTryLocked(o, missed) {
+		unlockPark(o, l)
+		return true, nil, nil
 	}
+	if l == nil {
+		return false, func() { p.addTimeout(o, h, hold) }, nil
+	}
+	lifecycle.UnlockAfterPark(o, l)
+	p.addTimeout(o, h, hold)
+	return false, nil, nil
+}
+
+// unlockPark releases the lock of a park, unless the park was deferred
+// (l nil) and the lock is its Unlock's.
+func unlockPark(o *lifecycle.Op, l sync.Locker) {
+	if l != nil {
+		lifecycle.UnlockAfterPark(o, l)
+	}
+}
+
+// addTimeout adds the timeout of o, parked with the Handle h, once its lock is
+// released (an expiry that the Add runs at once takes it): into the
+// deferral if hold, else into the timer.
+func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op, h *lifecycle.Handle, hold bool) {
 	p.at(stepUnlocked)
 	if p.timer != nil && !lifecycle.IsCompleted(o) {
 		if hold {
 			p.deferred.hold(o, h)
 		} else if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
-			return false, nil
+			return
 		}
 	}
 	p.at(stepTimed)
@@ -315,7 +346,6 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	if p.closed.Load() && !p.leavePending {
 		lifecycle.Expire(o, lifecycle.Shutdown)
 	}
-	return false, nil
 }
 
 // ownWheelSize is the wheel size of the timer a purgatory makes for

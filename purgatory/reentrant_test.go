@@ -1,7 +1,11 @@
 package purgatory_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -159,4 +163,60 @@ func TestDeferredParkWhenTheHolderLeaves(t *testing.T) {
 	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
 	assert.True(t, lock.TryLock())
 	lock.Unlock()
+}
+
+// A park deferred by a held SharedLock is finished before the lock is
+// released: whoever takes the lock next finds the operation parked,
+// watched and tried, as under Kafka's re-entrant lock. Before, the park ran
+// after the unlock, and a goroutine waiting for the lock could take it
+// first and find the operation not yet parked.
+func TestDeferredParkFinishesInsideTheLock(t *testing.T) {
+	t.Parallel()
+	p, _ := newMockPurgatory(t)
+	var lock operation.SharedLock
+	for i := range 200 {
+		op := newOp(time.Minute, operation.WithLock(&lock))
+		key := "k" + strconv.Itoa(i)
+		lock.Lock()
+		_, err := p.TryCompleteElseWatch(op, key)
+		require.NoError(t, err)
+		seen := make(chan bool)
+		started := make(chan struct{})
+		go func() {
+			close(started)
+			lock.Lock() // waits for the holder
+			seen <- op.Tries.Load() > 0 && p.NumDelayed() == i+1
+			lock.Unlock()
+		}()
+		<-started
+		runtime.Gosched()
+		lock.Unlock()
+		require.True(t, <-seen, "round %d: the next holder found the park unfinished", i)
+	}
+}
+
+// A ForceComplete from outside the lock that comes before a deferred park
+// has run: the park is dropped quietly, and the operation, which its park
+// call accepted, is counted as completed early.
+func TestDeferredParkOvertakenByForceComplete(t *testing.T) {
+	t.Parallel()
+	var logged bytes.Buffer
+	p, mt := newMockPurgatory(t, purgatory.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	var lock operation.SharedLock
+	op := newOp(time.Second, operation.WithLock(&lock))
+	lock.Lock()
+	_, err := p.TryCompleteElseWatch(op, "a")
+	require.NoError(t, err)
+	go op.ForceComplete() // another goroutine, not holding the lock
+	require.Eventually(t, op.IsCompleted, 10*time.Second, time.Millisecond)
+	lock.Unlock()
+
+	st := p.Stats()
+	assert.Equal(t, uint64(1), st.CompletedEarly)
+	assert.Equal(t, 0, st.Pending)
+	assert.Equal(t, 0, st.Watched)
+	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	assert.Equal(t, int32(1), op.Completes.Load())
+	assert.Zero(t, op.Tries.Load(), "a completed operation was tried")
+	assert.Empty(t, logged.String())
 }

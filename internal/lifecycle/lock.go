@@ -207,14 +207,15 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 	return l, true
 }
 
-// DeferPark has park run, holding the operation's SharedLock, once whoever
-// holds it now unlocks it, or at once if it was unlocked meanwhile. park
-// must release the lock (UnlockAfterPark). Call it only for an operation
-// whose LockForPark reported false.
-func DeferPark(o *Op, park func(l sync.Locker)) {
-	s := o.fat().shared
-	s.deferPark(func() { park(s) })
-}
+// DeferPark has park run by whoever holds the operation's SharedLock when
+// it unlocks it, just before it does, or at once, holding the lock, if it
+// was unlocked meanwhile. park runs with the lock held and must not
+// release it; what it returns, if not nil, runs once the lock is
+// released. So the park is finished inside the critical section that
+// asked for it, as under Kafka's re-entrant lock: no other goroutine can
+// take the lock and find the operation half parked. Call it only for an
+// operation whose LockForPark reported false.
+func DeferPark(o *Op, park func() (after func())) { o.fat().shared.deferPark(park) }
 
 // UnlockAfterPark releases the lock taken by LockForPark and makes any
 // check that was skipped meanwhile.
@@ -271,7 +272,7 @@ type SharedLock struct {
 	mu      sync.Mutex
 	pmu     sync.Mutex // guards pending and parks
 	pending []*Op
-	parks   []func() // each runs holding mu, and unlocks it
+	parks   []func() (after func()) // each runs holding mu (DeferPark)
 }
 
 // Lock locks l.
@@ -280,20 +281,43 @@ func (l *SharedLock) Lock() { l.mu.Lock() }
 // TryLock tries to lock l and reports whether it did.
 func (l *SharedLock) TryLock() bool { return l.mu.TryLock() }
 
-// Unlock unlocks l, then finishes every park that found l held, and
-// checks every operation whose check found l held.
+// Unlock finishes every park that found l held, still holding it (parks
+// those parks make included), unlocks l, and then checks every operation
+// whose check found l held.
 func (l *SharedLock) Unlock() {
-	l.mu.Unlock()
+	var after []func()
 	for {
 		l.pmu.Lock()
-		ops, parks := l.pending, l.parks
-		l.pending, l.parks = nil, nil
+		parks := l.parks
+		l.parks = nil
 		l.pmu.Unlock()
-		if len(ops) == 0 && len(parks) == 0 {
-			return
+		if len(parks) == 0 {
+			break
 		}
 		for _, park := range parks {
-			l.runPark(park)
+			if f := park(); f != nil {
+				after = append(after, f)
+			}
+		}
+	}
+	l.mu.Unlock()
+	for _, f := range after {
+		f()
+	}
+	for {
+		l.pmu.Lock()
+		ops := l.pending
+		l.pending = nil
+		parked := len(l.parks) > 0
+		l.pmu.Unlock()
+		// A park listed after the last look above was listed by a
+		// goroutine that found l held, by this one: finish it. If another
+		// goroutine holds l now, its Unlock will.
+		if parked && l.mu.TryLock() {
+			l.Unlock()
+		}
+		if len(ops) == 0 {
+			return
 		}
 		for _, o := range ops {
 			TryComplete(o)
@@ -302,24 +326,14 @@ func (l *SharedLock) Unlock() {
 }
 
 // deferPark leaves park for whoever unlocks l next. If l was unlocked
-// before park was listed, nobody may come: run the list here.
-func (l *SharedLock) deferPark(park func()) {
+// before park was listed, nobody may come: take l and unlock it here.
+func (l *SharedLock) deferPark(park func() (after func())) {
 	l.pmu.Lock()
 	l.parks = append(l.parks, park)
 	l.pmu.Unlock()
 	if l.mu.TryLock() {
 		l.Unlock()
 	}
-}
-
-// runPark runs park holding l, or, if another goroutine took l since it
-// was unlocked, leaves park to it.
-func (l *SharedLock) runPark(park func()) {
-	if !l.mu.TryLock() {
-		l.deferPark(park)
-		return
-	}
-	park() // unlocks l, which runs whatever was listed meanwhile
 }
 
 func (l *SharedLock) deferCheck(o *Op) {

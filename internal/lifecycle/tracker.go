@@ -147,6 +147,17 @@ func (t *Tracker) Live() (pending, watched int64) {
 // are pending and fewer than 2^32 entries watched, which no heap holds.
 func counts(n uint32) uint64 { return 1 | uint64(n)<<32 }
 
+// CountUnparked counts as an early completion an operation that a
+// purgatory accepted for a park it deferred, and that a ForceComplete
+// completed before the park ran: it never counted as pending.
+func (t *Tracker) CountUnparked(o *Op) {
+	if t.Now != nil {
+		t.times(o)[Early].Record(0)
+		return
+	}
+	t.stripe(o).done[Early].Add(1)
+}
+
 // AddPanic counts a panic recovered outside the operations' own callbacks.
 func (t *Tracker) AddPanic() { t.stripes[0].panics.Add(1) }
 
