@@ -272,12 +272,12 @@ func (c *Coordinator) lookup(id string, create bool) (*group, *kerr.Error) {
 
 // JoinRequest is a JoinGroup, version independent.
 type JoinRequest struct {
-	Group, MemberID          string
-	ClientID, ClientHost     string
-	ProtocolType             string
-	Protocols                []groupProtocol
-	Session, Rebalance       time.Duration
-	RequireKnownMemberID     bool // v4+: a new member first gets its id with MEMBER_ID_REQUIRED
+	Group, MemberID      string
+	ClientID, ClientHost string
+	ProtocolType         string
+	Protocols            []groupProtocol
+	Session, Rebalance   time.Duration
+	RequireKnownMemberID bool // v4+: a new member first gets its id with MEMBER_ID_REQUIRED
 }
 
 // Join handles a JoinGroup (Kafka's handleJoinGroup): reply is called once,
