@@ -244,10 +244,10 @@ func produceEach(t *testing.T, ctx context.Context, producer *kgo.Client, n int,
 	return len(recs)
 }
 
-func describeMembers(t *testing.T, ctx context.Context, cl *kgo.Client) (state string, members []string) {
+func describeMembers(t *testing.T, ctx context.Context, cl *kgo.Client, group string) (state string, members []string) {
 	t.Helper()
 	req := kmsg.NewPtrDescribeGroupsRequest()
-	req.Groups = []string{"g"}
+	req.Groups = []string{group}
 	resp, err := req.RequestWith(ctx, cl)
 	require.NoError(t, err)
 	require.Len(t, resp.Groups, 1)
@@ -289,7 +289,7 @@ func TestKafkaGroupConsumersShareAndHandOverPartitions(t *testing.T) {
 	// A member leaves: its LeaveGroup takes it out of the group at once,
 	// and the others take its partitions over.
 	c1.close()
-	_, members := describeMembers(t, ctx, producer)
+	_, members := describeMembers(t, ctx, producer, "g")
 	assert.Equal(t, []string{"c2", "c3"}, members, "c1 left with its client's close, not at its session's end")
 	produced += produceEach(t, ctx, producer, 10, "b")
 	require.Eventually(t, func() bool { return ownAll(c2, c3) && l.count() == produced }, 60*time.Second, 10*time.Millisecond,
