@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -129,9 +130,12 @@ type Coordinator struct {
 	sync      *purgatory.Purgatory[syncKey, *DelayedSync]
 	heartbeat *purgatory.Purgatory[memberKey, *DelayedHeartbeat]
 
-	mu     sync.Mutex // guards groups and closed; never held while taking a group's lock
-	groups map[string]*group
-	closed bool
+	// groups maps a group id to its *group. It is read without a lock on
+	// every request (Kafka's groupManager keeps a ConcurrentHashMap too);
+	// mu serialises creating a group with closing.
+	groups sync.Map
+	mu     sync.Mutex // never held while taking a group's lock
+	closed atomic.Bool
 
 	// onRemove, if set (by tests), is called under the group's lock each
 	// time a member leaves the group, with the reason.
@@ -235,7 +239,7 @@ func NewCoordinator(cfg GroupConfig) (*Coordinator, error) {
 		}
 		return []purgatory.Option{purgatory.WithTimer(sharedTimer{cfg.Timer}), purgatory.WithoutReaper()}
 	}
-	c := &Coordinator{cfg: cfg, groups: make(map[string]*group)}
+	c := &Coordinator{cfg: cfg}
 	var err error
 	if c.join, err = purgatory.New[joinKey, *DelayedJoin]("Rebalance", opts()...); err != nil {
 		return nil, err
@@ -255,19 +259,38 @@ func NewCoordinator(cfg GroupConfig) (*Coordinator, error) {
 // lookup returns the group id, creating it if create is set. It returns
 // kerr.CoordinatorNotAvailable once the coordinator is closed, and a nil
 // group without error if the group does not exist.
+//
+// A request that finds its group just before Close unloads it finds it
+// Dead once it has the group's lock.
 func (c *Coordinator) lookup(id string, create bool) (*group, *kerr.Error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return nil, kerr.CoordinatorNotAvailable
 	}
-	g := c.groups[id]
-	if g == nil && create {
-		g = &group{id: id, members: make(map[string]*member), pending: make(map[string]*DelayedHeartbeat),
-			awaitingSync: make(map[string]bool), offsets: make(map[tpKey]committedOffset)}
-		c.groups[id] = g
+	if v, ok := c.groups.Load(id); ok {
+		return v.(*group), nil
 	}
-	return g, nil
+	if !create {
+		return nil, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, kerr.CoordinatorNotAvailable
+	}
+	v, _ := c.groups.LoadOrStore(id, &group{id: id, members: make(map[string]*member), pending: make(map[string]*DelayedHeartbeat),
+		awaitingSync: make(map[string]bool), offsets: make(map[tpKey]committedOffset)})
+	return v.(*group), nil
+}
+
+// all returns every group, in id order.
+func (c *Coordinator) all() []*group {
+	var gs []*group
+	c.groups.Range(func(_, v any) bool {
+		gs = append(gs, v.(*group))
+		return true
+	})
+	slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
+	return gs
 }
 
 // JoinRequest is a JoinGroup, version independent.
@@ -947,17 +970,10 @@ type MemberSummary struct {
 
 // ListGroups summarises every group, members left out.
 func (c *Coordinator) ListGroups() ([]GroupSummary, *kerr.Error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if c.closed.Load() {
 		return nil, kerr.CoordinatorNotAvailable
 	}
-	gs := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
-		gs = append(gs, g)
-	}
-	c.mu.Unlock()
-	slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
+	gs := c.all()
 	out := make([]GroupSummary, 0, len(gs))
 	for _, g := range gs {
 		g.lock.Lock()
@@ -1003,17 +1019,13 @@ func (c *Coordinator) DescribeGroup(id string) (s GroupSummary, ok bool, e *kerr
 // Then it shuts the purgatories down.
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
-	gs := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
-		gs = append(gs, g)
-	}
+	c.closed.Store(true) // under mu: no group is created after this
 	c.mu.Unlock()
-	for _, g := range gs {
+	for _, g := range c.all() {
 		c.unload(g)
 	}
 	return errors.Join(c.join.Shutdown(ctx), c.sync.Shutdown(ctx), c.heartbeat.Shutdown(ctx))

@@ -60,11 +60,7 @@ func (s *KafkaServer) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Res
 	return resp
 }
 
-func (c *Coordinator) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *Coordinator) isClosed() bool { return c.closed.Load() }
 
 // joinGroup parks until the rebalance completes (or answers at once).
 // Static membership (v5+'s group.instance.id) is not supported: such a
