@@ -385,7 +385,9 @@ func TestGroupHeartbeatsAtScale(t *testing.T) {
 	mt := timer.NewMockTimer()
 	session := func(g int) time.Duration { return time.Second + time.Duration(g%5)*500*time.Millisecond }
 	stoppedGroup := func(g int) bool { return g%10 == 3 }
-	stopAt := func(g int) time.Duration { return 2*time.Second + time.Duration(g)*200*time.Millisecond + 37*time.Millisecond }
+	stopAt := func(g int) time.Duration {
+		return 2*time.Second + time.Duration(g)*200*time.Millisecond + 37*time.Millisecond
+	}
 
 	var ms runtime.MemStats
 	runtime.GC()
