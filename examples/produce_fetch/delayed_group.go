@@ -160,6 +160,10 @@ type DelayedHeartbeat struct {
 	g        *group
 	memberID string
 	pending  bool
+	// tried is set by the first TryComplete, which the park makes: until
+	// then a park made under the group's lock is still to be finished, at
+	// its unlock, and the operation must be left alone (touch).
+	tried bool
 }
 
 func (c *Coordinator) newHeartbeat(g *group, memberID string, pending bool, session time.Duration) *DelayedHeartbeat {
@@ -178,6 +182,7 @@ func (c *Coordinator) parkHeartbeat(h *DelayedHeartbeat) {
 // member left, or a newer session replaced this one. A live session never
 // completes early; only its expiry matters.
 func (h *DelayedHeartbeat) TryComplete() bool {
+	h.tried = true
 	if h.pending {
 		if h.g.pending[h.memberID] == h {
 			return false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,9 @@ type GroupConfig struct {
 	// Timer is the three purgatories' timer: a MockTimer in tests; nil for
 	// real timers, each purgatory with its own reaper.
 	Timer timer.Timer
+	// Logger receives what the three purgatories report (a recovered
+	// panic in a callback, a refused park); nil: slog.Default.
+	Logger *slog.Logger
 	// Repark keeps sessions alive Kafka's way: each heartbeat completes the
 	// member's DelayedHeartbeat and parks a new one, instead of moving its
 	// deadline with ResetTimeout. For BenchmarkHeartbeat.
@@ -234,10 +238,14 @@ type syncResult struct {
 func NewCoordinator(cfg GroupConfig) (*Coordinator, error) {
 	cfg.setDefaults()
 	opts := func() []purgatory.Option {
-		if cfg.Timer == nil {
-			return nil
+		var o []purgatory.Option
+		if cfg.Logger != nil {
+			o = append(o, purgatory.WithLogger(cfg.Logger))
 		}
-		return []purgatory.Option{purgatory.WithTimer(sharedTimer{cfg.Timer}), purgatory.WithoutReaper()}
+		if cfg.Timer != nil {
+			o = append(o, purgatory.WithTimer(sharedTimer{cfg.Timer}), purgatory.WithoutReaper())
+		}
+		return o
 	}
 	c := &Coordinator{cfg: cfg}
 	var err error
@@ -644,14 +652,16 @@ func (c *Coordinator) completeJoinLocked(g *group) {
 // SyncGroup of it proves alive.
 func (c *Coordinator) touch(g *group, m *member) {
 	if m.hb != nil {
-		if c.cfg.Repark {
+		switch {
+		case !m.hb.tried:
+			// Parked under this lock, and not yet in the purgatory (as
+			// when a member's first JoinGroup completes the rebalance): its
+			// park, when the lock is released, gives it a whole session.
+			return
+		case c.cfg.Repark:
 			// Kafka's way: complete the operation and park a new one.
 			m.hb.ForceComplete()
-		} else if c.heartbeat.ResetTimeout(m.hb, m.session) {
-			return
-		} else if !m.hb.IsCompleted() {
-			// Parked under this lock, and not yet in the purgatory: its
-			// park, when the lock is released, gives it a whole session.
+		case c.heartbeat.ResetTimeout(m.hb, m.session):
 			return
 		}
 	}

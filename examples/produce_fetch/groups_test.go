@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -42,6 +43,9 @@ type mockGroups struct {
 	t  *testing.T
 	c  *Coordinator
 	mt *timer.MockTimer
+	// log is what the purgatories logged: a test fails if it is not empty
+	// at the end (a refused park, a panic in a callback).
+	log syncBuffer
 
 	mu      sync.Mutex
 	removed []removedMember
@@ -57,6 +61,7 @@ func newMockGroups(t *testing.T, cfg GroupConfig) *mockGroups {
 	t.Helper()
 	mg := &mockGroups{t: t, mt: timer.NewMockTimer()}
 	cfg.Timer = mg.mt
+	cfg.Logger = slog.New(slog.NewTextHandler(&mg.log, nil))
 	if cfg.InitialRebalanceDelay == 0 {
 		cfg.InitialRebalanceDelay = 100 * time.Millisecond // so that stableGroup's members form one generation
 	}
@@ -71,7 +76,10 @@ func newMockGroups(t *testing.T, cfg GroupConfig) *mockGroups {
 		mg.removed = append(mg.removed, removedMember{group: g.id, member: m.id, why: why, at: mg.mt.Now()})
 	}
 	mg.c = c
-	t.Cleanup(func() { assert.NoError(t, c.Close(context.Background())) })
+	t.Cleanup(func() {
+		assert.NoError(t, c.Close(context.Background()))
+		assert.Empty(t, mg.log.String(), "the purgatories logged nothing")
+	})
 	return mg
 }
 
@@ -252,6 +260,31 @@ func TestGroupSessionExpiresExactly(t *testing.T) {
 			} else {
 				assert.Zero(t, st.CompletedEarly, "the one operation per member stayed parked")
 			}
+		})
+	}
+}
+
+// Without an initial delay, a first member's JoinGroup completes the
+// rebalance before its handler releases the group's lock, so while its
+// session's park is still to be finished: the session is left to that park
+// (no refused park, no second operation), both ways, and expires on time.
+func TestGroupJoinCompletedUnderTheHandlersLock(t *testing.T) {
+	for _, repark := range []bool{false, true} {
+		t.Run(fmt.Sprintf("repark=%v", repark), func(t *testing.T) {
+			mg := newMockGroups(t, GroupConfig{InitialRebalanceDelay: -1, Repark: repark})
+			r := done(t, mg.join("g", ""), "the first member's join, at once")
+			require.Nil(t, r.err)
+			require.Equal(t, int32(1), r.generation)
+			st := mg.c.heartbeat.Stats()
+			assert.Equal(t, 1, st.Pending, "one session")
+			if !repark {
+				assert.Zero(t, st.CompletedEarly, "the session parked at the join is the one reset since")
+			}
+			assert.Equal(t, []byte("x"), done(t, mg.sync("g", 1, r.memberID, map[string][]byte{r.memberID: []byte("x")}), "sync").assignment)
+			mg.mt.Advance(mockSession)
+			rs := mg.removals()
+			require.Len(t, rs, 1)
+			assert.Equal(t, removedSessionExpiry, rs[0].why)
 		})
 	}
 }
