@@ -16,12 +16,13 @@ import (
 //
 //   - way=reset moves the member's parked DelayedHeartbeat's deadline with
 //     ResetTimeout: no allocation, no timer add or cancel;
+//
 //   - way=repark is Kafka's: complete the DelayedHeartbeat and park a new
 //     one (an operation, a watch and a timer entry per heartbeat). Kafka
 //     also looks the member's key up with a check to complete the old one;
 //     this completes it directly, so it is a lower bound of Kafka's cost.
 //
-//	go test -run '^$' -bench Heartbeat -benchmem ./produce_fetch
+//     go test -run '^$' -bench Heartbeat -benchmem ./produce_fetch
 func BenchmarkHeartbeat(b *testing.B) {
 	for _, way := range []string{"reset", "repark"} {
 		b.Run("way="+way, func(b *testing.B) {
