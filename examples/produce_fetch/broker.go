@@ -515,12 +515,14 @@ type BrokerStats struct {
 	// ConsumerFetches is how many consumers' fetches are accepted and not
 	// yet answered: parked, or about to be.
 	ConsumerFetches int64
+	Groups          GroupStats
 }
 
 // Stats returns the two purgatories' counters and the ISR changes.
 func (b *Broker) Stats() BrokerStats {
 	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(),
-		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load()}
+		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load(),
+		Groups: b.groups.Stats()}
 }
 
 // Close unloads the consumer groups, answering their parked JoinGroups

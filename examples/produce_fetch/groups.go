@@ -1022,6 +1022,27 @@ func (c *Coordinator) DescribeGroup(id string) (s GroupSummary, ok bool, e *kerr
 	return s, true, nil
 }
 
+// GroupStats are the coordinator's figures for the status line.
+type GroupStats struct {
+	Groups, Members int
+	// Join, Sync and Heartbeat are the three purgatories' counters:
+	// rebalances in progress, generations waiting for SyncGroups, and
+	// sessions (one parked per member).
+	Join, Sync, Heartbeat purgatory.Stats
+}
+
+// Stats counts the groups and their members, and reads the purgatories.
+func (c *Coordinator) Stats() GroupStats {
+	st := GroupStats{Join: c.join.Stats(), Sync: c.sync.Stats(), Heartbeat: c.heartbeat.Stats()}
+	for _, g := range c.all() {
+		g.lock.Lock()
+		st.Groups++
+		st.Members += len(g.members)
+		g.lock.Unlock()
+	}
+	return st
+}
+
 // Close unloads every group, as Kafka does when the broker gives up its
 // coordinator role: each group's parked requests are answered now, with
 // NOT_COORDINATOR, by CompleteForKey on the group's keys, rather than left

@@ -171,6 +171,10 @@ func statusLine(st BrokerStats, ks *KafkaServer) string {
 	line := fmt.Sprintf("produce: %d parked, %d done early, %d expired | fetch: %d parked, %d done early, %d expired | isr -%d +%d",
 		st.Produce.Pending, st.Produce.CompletedEarly, st.Produce.Expired,
 		st.Fetch.Pending, st.Fetch.CompletedEarly, st.Fetch.Expired, st.ISRShrinks, st.ISRExpands)
+	if st.Groups.Groups > 0 {
+		line += fmt.Sprintf(" | groups: %d, %d members, %d rebalancing, %d sessions expired",
+			st.Groups.Groups, st.Groups.Members, st.Groups.Join.Pending, st.Groups.Heartbeat.Expired)
+	}
 	if ks != nil {
 		ksStats := ks.Stats()
 		line += fmt.Sprintf(" | kafka: %d conns, %d requests", ksStats.Open, ksStats.Requests)
