@@ -422,3 +422,42 @@ func TestKafkaGroupOldVersions(t *testing.T) {
 }
 
 func code(e *kerr.Error) int16 { return e.Code }
+
+// Shutting the broker down answers a parked JoinGroup (in a rebalance)
+// and a parked SyncGroup (a follower's, waiting for the leader) with
+// NOT_COORDINATOR before the connections close, long before their
+// timeouts: the coordinator completes the groups' operations with
+// CompleteForKey.
+func TestKafkaShutdownAnswersParkedGroupRequests(t *testing.T) {
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2, Groups: GroupConfig{
+		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: time.Second}}, KafkaConfig{})
+	a, b := newGroupAPI(t, kb), newGroupAPI(t, kb)
+	// A forms the group alone; B's join starts a rebalance that waits for A.
+	ida, done := a.joinNew(joinOpts{group: "g"})
+	require.Equal(t, int16(0), received(t, a.ctx, done, "A's join").ErrorCode)
+	require.Equal(t, int16(0), a.sync("g", 1, ida, map[string]string{ida: "x"}).ErrorCode)
+	_, bJoin := b.joinNew(joinOpts{group: "g"})
+	// In a second group, a follower's SyncGroup waits for its leader's.
+	l, f := newGroupAPI(t, kb), newGroupAPI(t, kb)
+	_, lDone := l.joinNew(joinOpts{group: "h"})
+	idf, fDone := f.joinNew(joinOpts{group: "h"})
+	require.Equal(t, int16(0), received(t, l.ctx, lDone, "h's leader's join").ErrorCode)
+	require.Equal(t, int16(0), received(t, f.ctx, fDone, "h's follower's join").ErrorCode)
+	fSync := f.syncAsync("h", 1, idf, nil)
+	require.Eventually(t, func() bool {
+		st := kb.b.groups.Stats()
+		return st.Join.Pending == 1 && st.Sync.Pending == 1
+	}, 10*time.Second, 5*time.Millisecond, "g's rebalance and h's generation are parked")
+	notYet(t, bJoin, "B's join")
+	notYet(t, fSync, "h's follower's sync")
+
+	start := time.Now()
+	require.NoError(t, kb.stop())
+	assert.Equal(t, code(kerr.NotCoordinator), received(t, b.ctx, bJoin, "B's join").ErrorCode)
+	assert.Equal(t, code(kerr.NotCoordinator), received(t, f.ctx, fSync, "h's follower's sync").ErrorCode)
+	assert.Less(t, time.Since(start), 5*time.Second, "not at the 10 s rebalance timeout")
+	st := kb.b.groups.Stats()
+	assert.Equal(t, uint64(1), st.Join.CompletedForKey)
+	assert.Equal(t, uint64(1), st.Sync.CompletedForKey)
+	assert.Equal(t, uint64(4), st.Heartbeat.CompletedForKey, "the four members' sessions")
+}
