@@ -47,10 +47,9 @@ import (
 // block, and every path that forgets a waiting request must answer it
 // first, or the client's connection would wait for that answer forever.
 
-// Errors the coordinator answers with; nil is NONE.
-var (
-	errGroupUnloaded = errors.New("group coordinator: the broker is shutting down")
-)
+// errGroupUnloaded is the Cause of the operations Close completes with
+// CompleteForKey: their callbacks answer what waits with NOT_COORDINATOR.
+var errGroupUnloaded = errors.New("group coordinator: the broker is shutting down")
 
 // GroupConfig configures the group coordinator. Zero durations take the
 // default in brackets, Kafka's; InitialRebalanceDelay zero means none.
