@@ -376,6 +376,9 @@ func (c *Coordinator) Join(r JoinRequest, reply func(joinResult)) {
 // rejoinLocked is a JoinGroup from a current member (Kafka's
 // doCurrentMemberJoinGroup).
 func (c *Coordinator) rejoinLocked(g *group, m *member, r JoinRequest, reply func(joinResult)) {
+	// A JoinGroup proves the member alive as a heartbeat does. (While it
+	// waits in the rebalance its session's expiry keeps it anyway.)
+	c.touch(g, m)
 	switch g.state {
 	case groupPreparingRebalance:
 		c.updateMemberAndRebalance(g, m, r, reply)
