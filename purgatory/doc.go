@@ -65,7 +65,10 @@
 // re-entrant, so a check here never waits for an operation's lock: if the
 // lock is held, it leaves a note, and the holder checks again after it
 // unlocks. A callback may therefore call CheckAndComplete or
-// TryCompleteElseWatch, on this or another purgatory, without deadlock.
+// TryCompleteElseWatch, on this or another purgatory, without deadlock: a
+// park of an operation whose operation.SharedLock is held is finished by
+// whoever unlocks it. ResetTimeout and CompleteForKey take no lock of the
+// operation's, and may be called from anywhere.
 //
 // # Lock order
 //

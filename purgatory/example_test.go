@@ -239,3 +239,73 @@ func ExampleHistogram_Quantile() {
 	// count: 100 mean: 50.5ms
 	// p50 within a bucket of 50ms: true
 }
+
+// memberSession expires a group member whose heartbeats stop.
+type memberSession struct {
+	operation.Base
+	member string
+}
+
+func (s *memberSession) TryComplete() bool { return false }
+func (s *memberSession) OnComplete() {
+	if cause := s.Cause(); cause != nil {
+		fmt.Printf("%s: session ended: %v\n", s.member, cause)
+	}
+}
+func (s *memberSession) OnExpiration() {}
+
+// A session kept alive by heartbeats: each one moves the deadline of the
+// one parked operation, rather than completing it and parking another.
+func ExamplePurgatory_ResetTimeout() {
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[operation.MemberKey, *memberSession]("Heartbeat",
+		purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	if err != nil {
+		panic(err)
+	}
+	defer p.Shutdown(context.Background())
+
+	const session = 10 * time.Second
+	s := &memberSession{member: "consumer-1"}
+	s.Init(s, session)
+	key := operation.MemberKey{GroupID: "payments", MemberID: s.member}
+	if _, err := p.TryCompleteElseWatch(s, key); err != nil {
+		panic(err)
+	}
+	for range 5 { // a heartbeat every 3 s
+		mt.Advance(3 * time.Second)
+		p.ResetTimeout(s, session)
+	}
+	fmt.Println("alive after 15 s:", !s.IsCompleted())
+	mt.Advance(session) // the heartbeats stop
+	fmt.Println("expired:", s.IsExpired())
+	// Output:
+	// alive after 15 s: true
+	// consumer-1: session ended: operation: timed out
+	// expired: true
+}
+
+// When what requests wait for has gone, answer them all now with the
+// reason, rather than at their timeouts.
+func ExamplePurgatory_CompleteForKey() {
+	p, err := purgatory.New[operation.MemberKey, *memberSession]("Heartbeat",
+		purgatory.WithTimer(timer.NewMockTimer()), purgatory.WithoutReaper())
+	if err != nil {
+		panic(err)
+	}
+	defer p.Shutdown(context.Background())
+
+	errUnloaded := errors.New("group unloaded")
+	key := operation.MemberKey{GroupID: "payments", MemberID: "consumer-1"}
+	s := &memberSession{member: key.MemberID}
+	s.Init(s, time.Minute)
+	if _, err := p.TryCompleteElseWatch(s, key); err != nil {
+		panic(err)
+	}
+	fmt.Println("answered:", p.CompleteForKey(key, errUnloaded))
+	fmt.Println("counted:", p.Stats().CompletedForKey)
+	// Output:
+	// consumer-1: session ended: group unloaded
+	// answered: 1
+	// counted: 1
+}

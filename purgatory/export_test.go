@@ -18,14 +18,21 @@ const (
 	StepTimed       = stepTimed
 
 	StepCancelRemoved = stepCancelRemoved
+	StepDeferred      = stepDeferred
+	StepReset         = stepReset
 )
 
 // Steps lists them in order.
 var Steps = []Step{StepParked, StepTried, StepBetweenKeys, StepWatched, StepUnlocked, StepTimed}
 
 func (s Step) String() string {
-	if s == StepCancelRemoved {
+	switch s {
+	case StepCancelRemoved:
 		return "cancel-removed"
+	case StepDeferred:
+		return "deferred"
+	case StepReset:
+		return "reset"
 	}
 	return [...]string{"parked", "tried", "between-keys", "watched", "unlocked", "timed"}[s]
 }
@@ -47,6 +54,13 @@ func SetStepHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T],
 // the own lock of an operation parked in p. Call it before p is shared.
 func SetContendedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(*lifecycle.Op)) {
 	p.tracker.Hooks = &lifecycle.Hooks{Contended: f}
+}
+
+// SetClaimedHook installs f to run when an expiry by p's timer has claimed
+// an operation's fired entry, and has not yet completed it. Call it before
+// p is shared.
+func SetClaimedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(*lifecycle.Op)) {
+	p.tracker.Hooks = &lifecycle.Hooks{Claimed: f}
 }
 
 func (p *Purgatory[K, T]) installHooks() {

@@ -181,9 +181,10 @@ func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
 // TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
 // on every key and starts its timeout. It returns true if op completed
 // during the call by its own TryComplete. Once parked, op completes through
-// CheckAndComplete on any of its keys, a ForceComplete, its timeout, its
-// context (operation.WithContext) or Shutdown, whichever comes first; or
-// leaves through CancelForKey.
+// CheckAndComplete on any of its keys, a ForceComplete, its timeout (which
+// ResetTimeout moves), its context (operation.WithContext), CompleteForKey
+// on any of its keys or Shutdown, whichever comes first; or leaves through
+// CancelForKey.
 //
 // The operation's lock is held from parking it, across the first
 // TryComplete, watching every key, and a last TryComplete, so a

@@ -227,3 +227,52 @@ func heapAlloc() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// BenchmarkHeartbeat keeps 10,000 member sessions alive, one heartbeat per
+// iteration, two ways: moving the one parked operation's deadline
+// (ResetTimeout), or Kafka's way, completing it and parking a new one on
+// the member's key. Sessions are 10 s long on the purgatory's own timer,
+// so each is held back by the deferral when parked, as a real session is.
+func BenchmarkHeartbeat(b *testing.B) {
+	const members = 10_000
+	const session = 10 * time.Second
+	type memberKey = operation.MemberKey
+	for _, way := range []string{"reset", "repark"} {
+		b.Run("way="+way, func(b *testing.B) {
+			p, err := purgatory.New[memberKey, *benchOp]("bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Shutdown(context.Background())
+			keys := make([]memberKey, members)
+			ops := make([]*benchOp, members)
+			for i := range keys {
+				keys[i] = memberKey{GroupID: "g" + strconv.Itoa(i%100), MemberID: "m" + strconv.Itoa(i)}
+				ops[i] = newBenchOp(session)
+				if _, err := p.TryCompleteElseWatch(ops[i], keys[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				m := i % members
+				if way == "reset" {
+					if !p.ResetTimeout(ops[m], session) {
+						b.Fatal("session lost")
+					}
+					continue
+				}
+				ops[m].ForceComplete()
+				ops[m] = newBenchOp(session)
+				if _, err := p.TryCompleteElseWatch(ops[m], keys[m]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if n := p.NumDelayed(); n != members {
+				b.Fatalf("%d sessions pending, want %d", n, members)
+			}
+		})
+	}
+}

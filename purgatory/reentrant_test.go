@@ -136,3 +136,27 @@ func TestDeferredParkRefusesAtOnce(t *testing.T) {
 	assert.Equal(t, 0, q.NumDelayed())
 	assert.Equal(t, 1, p.NumDelayed())
 }
+
+// The holder of the SharedLock releases it exactly between a park's
+// finding it held and its handing the park over: nobody is left to unlock
+// after the hand-over, so the park must run it itself.
+func TestDeferredParkWhenTheHolderLeaves(t *testing.T) {
+	t.Parallel()
+	p, mt := newMockPurgatory(t)
+	var lock operation.SharedLock
+	op := newOp(seamTimeout, operation.WithLock(&lock))
+	lock.Lock()
+	defer purgatory.SetStepHook(p, func(s purgatory.Step) {
+		if s == purgatory.StepDeferred {
+			lock.Unlock()
+		}
+	})()
+	done, err := p.TryCompleteElseWatch(op, "a", "b")
+	require.NoError(t, err)
+	assert.False(t, done)
+	assert.Equal(t, 1, p.NumDelayed(), "the park was lost")
+	assert.Equal(t, 2, p.Watched())
+	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+	assert.True(t, lock.TryLock())
+	lock.Unlock()
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/timer"
 )
 
 // A reset moves the deadline later and earlier, never early, and Timeout
@@ -140,4 +141,25 @@ func TestResetTimeoutAllocatesNothing(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
 		p.ResetTimeout(op, time.Second)
 	}))
+}
+
+// With a Timer that does not report its clock, the purgatory holds nothing
+// back and a reset leaves the timer to measure the new timeout from its
+// Add.
+func TestResetTimeoutWithATimerWithoutClock(t *testing.T) {
+	t.Parallel()
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[string, *mockOp]("no-clock",
+		purgatory.WithTimer(struct{ timer.Timer }{mt}), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
+	op := newOp(2 * time.Second)
+	mustPark(t, p, op, "a")
+	mt.Advance(time.Second)
+	require.True(t, p.ResetTimeout(op, 3*time.Second))
+	mt.Advance(3*time.Second - time.Millisecond)
+	assert.False(t, op.IsCompleted(), "expired early")
+	mt.Advance(time.Millisecond)
+	assert.True(t, op.IsExpired())
+	assert.Equal(t, 0, mt.Size())
 }

@@ -91,6 +91,25 @@ var competitors = []seamCompetitor{
 		act:     func(s *seam) { s.cancel() },
 		outcome: func(purgatory.Step) string { return "context" },
 	},
+	{
+		name: "CompleteForKey",
+		act:  func(s *seam) { s.p.CompleteForKey(seamKeys[0], errMoved) },
+		outcome: func(step purgatory.Step) string {
+			if step < purgatory.StepBetweenKeys {
+				return "pending" // not watched on the key yet: nothing to complete
+			}
+			return "for_key"
+		},
+	},
+	{
+		// A reset takes no lock of the operation's: it acts inside the
+		// step, and the operation stays parked, its timeout in the timer.
+		name: "ResetTimeout",
+		act: func(s *seam) {
+			assert.True(s.t, s.p.ResetTimeout(s.op, time.Minute), "parked: the reset applies")
+		},
+		outcome: func(purgatory.Step) string { return "pending" },
+	},
 }
 
 // lockHeld reports whether TryCompleteElseWatch holds the operation's lock
@@ -238,8 +257,8 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 		assert.Equal(t, 1, st.Pending)
 		assert.Equal(t, len(seamKeys)-1+1, st.Watched, "watched on both keys")
 		inTimer := 1
-		if timeout == heldTimeout {
-			inTimer = 0 // held for the deferral's tick
+		if timeout == heldTimeout && c.name != "ResetTimeout" {
+			inTimer = 0 // held for the deferral's tick; a reset adds it
 		}
 		assert.Equal(t, inTimer, purgatory.TimerSize(p, mt))
 		require.NoError(t, p.Shutdown(context.Background()))
@@ -269,6 +288,8 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 		stats.ContextDone, cause = 1, context.Canceled
 	case "cancelled":
 		stats.Cancelled, completes = 1, 0
+	case "for_key":
+		stats.CompletedForKey, cause = 1, errMoved
 	}
 	got := p.Stats()
 	got.Purged = 0

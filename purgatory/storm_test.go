@@ -2,6 +2,7 @@ package purgatory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -17,20 +18,21 @@ import (
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-// Exactly-once storm: many operations on random keys with short timeouts,
-// while goroutines mark them completable and check their keys, and others
-// force-complete them directly. Every OnComplete runs once; OnExpiration
-// runs at most once and only where expiry won; the gauges drain to zero.
-func TestExactlyOnceStorm(t *testing.T) {
-	const (
-		n    = 20000
-		keys = 64
-	)
+// exactlyOnceStorm parks n operations, with short timeouts, on random
+// keys of a set of nkeys, from one goroutine, while actors goroutines
+// each call act with a random operation already offered, until every
+// operation has left. Then it checks that every OnComplete ran once and
+// OnExpiration at most once, only where expiry won, and that the gauges
+// drained, and returns the purgatory and its operations for the caller's
+// own checks.
+func exactlyOnceStorm(t *testing.T, n, nkeys, actors int,
+	act func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string)) (*pg, []*mockOp) {
+	t.Helper()
 	p, err := purgatory.New[string, *mockOp]("storm",
 		purgatory.WithPurgeInterval(100),
 		purgatory.WithTimerOptions(timer.WithTick(200*time.Microsecond)))
 	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 
 	key := func(i int) string { return fmt.Sprintf("k%d", i) }
 	ops := make([]*mockOp, n)
@@ -38,7 +40,7 @@ func TestExactlyOnceStorm(t *testing.T) {
 	for i := range ops {
 		ops[i] = newOp(time.Duration(1+rand.IntN(30)) * time.Millisecond)
 		for range 1 + rand.IntN(3) {
-			opKeys[i] = append(opKeys[i], key(rand.IntN(keys)))
+			opKeys[i] = append(opKeys[i], key(rand.IntN(nkeys)))
 		}
 	}
 	var parked atomic.Int64 // operations [0, parked) have been offered
@@ -53,7 +55,7 @@ func TestExactlyOnceStorm(t *testing.T) {
 		}
 	}()
 	stop := make(chan struct{})
-	for g := range 3 {
+	for g := range actors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -64,26 +66,18 @@ func TestExactlyOnceStorm(t *testing.T) {
 					return
 				default:
 				}
-				m := parked.Load()
-				if m == 0 {
-					continue
+				if m := parked.Load(); m > 0 {
+					i := r.IntN(int(m))
+					act(p, r, g, ops[i], opKeys[i])
 				}
-				i := r.IntN(int(m))
-				if g == 0 { // the forcer
-					ops[i].ForceComplete()
-					continue
-				}
-				ops[i].Ready.Store(true)
-				ks := opKeys[i]
-				p.CheckAndComplete(ks[r.IntN(len(ks))])
 			}
 		}()
 	}
-	require.Eventually(t, func() bool { return parked.Load() == n && p.NumDelayed() == 0 },
+	require.Eventually(t, func() bool { return parked.Load() == int64(n) && p.NumDelayed() == 0 },
 		2*time.Minute, time.Millisecond)
 	close(stop)
 	wg.Wait()
-	for i := range keys {
+	for i := range nkeys {
 		p.CheckAndComplete(key(i))
 	}
 	assert.Equal(t, 0, p.Watched())
@@ -95,8 +89,25 @@ func TestExactlyOnceStorm(t *testing.T) {
 		require.Equal(t, o.IsExpired(), e == 1, "operation %d: OnExpiration only where expiry won", i)
 		expired += uint64(e)
 	}
+	assert.Equal(t, expired, p.Stats().Expired)
+	return p, ops
+}
+
+// Exactly-once storm: many operations on random keys with short timeouts,
+// while goroutines mark them completable and check their keys, and others
+// force-complete them directly. Every OnComplete runs once; OnExpiration
+// runs at most once and only where expiry won; the gauges drain to zero.
+func TestExactlyOnceStorm(t *testing.T) {
+	const n = 20000
+	p, _ := exactlyOnceStorm(t, n, 64, 3, func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string) {
+		if actor == 0 { // the forcer
+			op.ForceComplete()
+			return
+		}
+		op.Ready.Store(true)
+		p.CheckAndComplete(keys[r.IntN(len(keys))])
+	})
 	s := p.Stats()
-	assert.Equal(t, expired, s.Expired)
 	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired)
 	t.Logf("stats: %+v", s)
 }
@@ -184,4 +195,47 @@ func TestNoLostWakeUpStorm(t *testing.T) {
 	assert.Equal(t, 0, p.Watched())
 	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
 	assert.Equal(t, uint64(n), p.Stats().CompletedEarly)
+}
+
+// The same storm with sessions being kept alive and keys answered: one
+// goroutine resets random operations' timeouts (a heartbeat), another
+// completes everything on a random key with a cause, while the checker
+// and the forcer run and the reaper expires. Every operation still
+// completes exactly once, each by one path, and the counts add up.
+func TestResetAndCompleteForKeyStorm(t *testing.T) {
+	const (
+		n     = 5000
+		nkeys = 64
+	)
+	var resets, forKey atomic.Int64
+	p, ops := exactlyOnceStorm(t, n, nkeys, 4, func(p *pg, r *rand.Rand, actor int, op *mockOp, keys []string) {
+		switch actor {
+		case 0: // the forcer, seldom
+			if r.IntN(8) == 0 {
+				op.ForceComplete()
+			}
+		case 1: // the checker
+			op.Ready.Store(r.IntN(4) == 0)
+			p.CheckAndComplete(keys[r.IntN(len(keys))])
+		case 2: // the heartbeat
+			if p.ResetTimeout(op, time.Duration(1+r.IntN(30))*time.Millisecond) {
+				resets.Add(1)
+			}
+		case 3: // the key answerer, seldom
+			if r.IntN(1024) == 0 {
+				forKey.Add(int64(p.CompleteForKey(fmt.Sprintf("k%d", r.IntN(nkeys)), errMoved)))
+			}
+		}
+	})
+	var byKey uint64
+	for _, o := range ops {
+		if errors.Is(o.Cause(), errMoved) {
+			byKey++
+		}
+	}
+	s := p.Stats()
+	assert.Equal(t, byKey, s.CompletedForKey)
+	assert.Equal(t, uint64(forKey.Load()), s.CompletedForKey, "CompleteForKey's returns")
+	assert.Equal(t, uint64(n), s.CompletedEarly+s.Expired+s.CompletedForKey)
+	t.Logf("stats: %+v; %d resets applied", s, resets.Load())
 }

@@ -35,13 +35,13 @@ type link = tasklist.Base
 func (b *TaskBase) entry() *tasklist.Entry { return tasklist.EntryOf(&b.link) }
 
 // Delay reports the delay the next Add will use.
-func (b *TaskBase) Delay() time.Duration { return time.Duration(b.entry().Delay.Load()) }
+func (b *TaskBase) Delay() time.Duration { return b.entry().LoadDelay() }
 
 // SetDelay sets the delay the next Add will use. A delay of zero or less means
 // the task is due at once. SetDelay must not be called while an Add of the same
 // task is in progress; it does not move a task that is already pending (add it
 // again to do that).
-func (b *TaskBase) SetDelay(d time.Duration) { b.entry().Delay.Store(int64(d)) }
+func (b *TaskBase) SetDelay(d time.Duration) { b.entry().Delay = int64(d) }
 
 // Cancel stops the task from running. It reports whether this call prevented
 // a pending run: false if the task was never added, has already been handed to

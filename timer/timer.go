@@ -214,7 +214,7 @@ func (t *SystemTimer) Add(task Task) error {
 	}
 	now := int64(t.now())
 	if !e.HasPresetDeadline() {
-		e.Expire = tasklist.Deadline(e.Delay.Load(), now)
+		e.Expire = tasklist.Deadline(int64(e.LoadDelay()), now)
 	}
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.

@@ -236,7 +236,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	}
 	e := o.entry()
 	e.Owner = self
-	e.Delay.Store(int64(min(timeout, MaxTimeout)))
+	e.Delay = int64(min(timeout, MaxTimeout)) // not shared yet: a plain store
 	if opt.Ctx != nil && opt.Ctx.Done() == nil {
 		opt.Ctx = nil // never ends: nothing to watch
 	}
@@ -260,7 +260,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 func Initialised(o *Op) bool { return o.entry().Owner != nil }
 
 // Timeout returns the timeout given to Init.
-func Timeout(o *Op) time.Duration { return time.Duration(o.entry().Delay.Load()) }
+func Timeout(o *Op) time.Duration { return o.entry().LoadDelay() }
 
 // IsCompleted reports whether the operation has completed, by any path.
 func IsCompleted(o *Op) bool { return o.word().Load()&stCompleted != 0 }
@@ -435,8 +435,13 @@ func finish(o *Op, k Kind) bool {
 func expire(o *Op) bool {
 	l := o.lock()
 	l.Lock()
-	done := o.word().Load()&(stParked|stCompleted) == stParked &&
-		o.entry().ClaimRun() && o.complete(Expired, true)
+	done := false
+	if o.word().Load()&(stParked|stCompleted) == stParked && o.entry().ClaimRun() {
+		if hk := o.t.Hooks; hk != nil && hk.Claimed != nil {
+			hk.Claimed(o)
+		}
+		done = o.complete(Expired, true)
+	}
 	o.unlockAndRecheck(l)
 	return done
 }
@@ -489,7 +494,7 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 	if preset {
 		// Never added (never parked), so no timer reads the entry yet.
 		e := o.entry()
-		e.PresetDeadline(tasklist.Deadline(e.Delay.Load(), now))
+		e.PresetDeadline(tasklist.Deadline(int64(e.LoadDelay()), now))
 	}
 	o.t = t
 	st := t.stripe(o)

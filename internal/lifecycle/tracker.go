@@ -118,6 +118,9 @@ type Hooks struct {
 	Contended func(o *Op)
 	// Live runs between Live's two passes.
 	Live func()
+	// Claimed runs in an expiry by the timer once it has claimed the
+	// fired entry, before it completes the operation.
+	Claimed func(o *Op)
 }
 
 // Live sums the pending operations and their watch entries. It reads what

@@ -17,9 +17,10 @@
 //     link one entry at once. list is read without a lock to find which
 //     List to lock, then read again under that lock.
 //   - Expire is written by the holder of the add-lock (an Add, a
-//     Reschedule), or before the entry is first published; Delay is atomic,
-//     written at creation and by Reschedule. Owner is written once, before
-//     the entry is first added, and only read after.
+//     Reschedule), or before the entry is first published. Delay is written
+//     with a plain store before the entry is shared, and afterwards only by
+//     Reschedule, atomically; read it with LoadDelay. Owner is written once,
+//     before the entry is first added, and only read after.
 package tasklist
 
 import (
@@ -48,8 +49,11 @@ type Entry struct {
 	// Expire is when the entry is due, in nanoseconds on its timer's
 	// clock. The holder of the add-lock writes it; the timer reads it.
 	Expire int64
-	// Delay is what the next Add measures Expire from, in nanoseconds.
-	Delay atomic.Int64
+	// Delay is what the next Add measures Expire from, in nanoseconds. It
+	// is a plain field, not an atomic.Int64: the store that sets it on a
+	// new operation would be a locked instruction on every request (an
+	// atomic store is an exchange on amd64), where a plain one is free.
+	Delay int64
 	// Owner is what the timer runs when the entry expires: the timer.Task
 	// that embeds it, or an operation (see package timer's run).
 	Owner any
@@ -93,6 +97,9 @@ func (e *Entry) PresetDeadline(d int64) {
 // HasPresetDeadline reports whether PresetDeadline fixed Expire.
 func (e *Entry) HasPresetDeadline() bool { return e.State.Load()&presetBit != 0 }
 
+// LoadDelay reads Delay, which a Reschedule may be writing.
+func (e *Entry) LoadDelay() time.Duration { return time.Duration(atomic.LoadInt64(&e.Delay)) }
+
 // ClaimRun claims the run of a fired entry for its owner, and reports
 // false if the entry was rescheduled since it fired (it is then cancelled,
 // or pending again at its new deadline): the run is stale and must do
@@ -134,7 +141,7 @@ func (e *Entry) Reschedule(delay time.Duration, deadline int64, preset bool) boo
 			runtime.Gosched()
 		}
 	}
-	e.Delay.Store(int64(delay))
+	atomic.StoreInt64(&e.Delay, int64(delay))
 	if preset {
 		e.Expire = deadline
 		e.State.Or(presetBit)

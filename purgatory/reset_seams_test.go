@@ -1,0 +1,224 @@
+package purgatory_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/operation"
+	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/timer"
+)
+
+// ResetTimeout moves the deadline, then adds the entry again. Each
+// competitor acts exactly between the two; the reset never makes an
+// operation expire early, or twice, or stay in the timer once it has left.
+func TestResetTimeoutSeam(t *testing.T) {
+	t.Parallel()
+	type result struct {
+		reset bool   // what ResetTimeout reports
+		end   string // how the operation ends
+	}
+	for _, c := range []struct {
+		name string
+		act  func(t *testing.T, p *pg, mt *timer.MockTimer, op *mockOp, cancel context.CancelFunc)
+		want result
+	}{
+		// The old deadline passes while the entry is out of the timer:
+		// nothing expires, and the new deadline holds.
+		{"expiry", func(_ *testing.T, _ *pg, mt *timer.MockTimer, _ *mockOp, _ context.CancelFunc) {
+			mt.Advance(2 * seamTimeout)
+		}, result{true, "expired at the new deadline"}},
+		{"ForceComplete", func(_ *testing.T, _ *pg, _ *timer.MockTimer, op *mockOp, _ context.CancelFunc) {
+			op.ForceComplete()
+		}, result{true, "early"}},
+		{"CheckAndComplete", func(_ *testing.T, p *pg, _ *timer.MockTimer, op *mockOp, _ context.CancelFunc) {
+			op.Ready.Store(true)
+			p.CheckAndComplete("b")
+		}, result{true, "early"}},
+		{"context", func(t *testing.T, _ *pg, _ *timer.MockTimer, op *mockOp, cancel context.CancelFunc) {
+			cancel()
+			waitFor(t, func() bool { return op.Completes.Load() == 1 })
+		}, result{true, "context"}},
+		{"CancelForKey", func(t *testing.T, p *pg, _ *timer.MockTimer, op *mockOp, _ context.CancelFunc) {
+			assert.Equal(t, []*mockOp{op}, p.CancelForKey("a"))
+		}, result{true, "cancelled"}},
+		{"CompleteForKey", func(t *testing.T, p *pg, _ *timer.MockTimer, _ *mockOp, _ context.CancelFunc) {
+			assert.Equal(t, 1, p.CompleteForKey("a", errMoved))
+		}, result{true, "for_key"}},
+		// The timer is closed before the Add: the reset fails, and the
+		// operation ends as Shutdown ends every pending one.
+		{"Shutdown", func(t *testing.T, p *pg, _ *timer.MockTimer, _ *mockOp, _ context.CancelFunc) {
+			require.NoError(t, p.Shutdown(context.Background()))
+		}, result{false, "shutdown"}},
+	} {
+		for _, timeout := range []time.Duration{seamTimeout, heldTimeout} {
+			t.Run(c.name+"/"+timeout.String(), func(t *testing.T) {
+				p, mt := newMockPurgatory(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				op := newOp(timeout, operation.WithContext(ctx))
+				mustPark(t, p, op, "a", "b")
+				mt.Advance(seamTimeout / 2)
+				acted := false
+				restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
+					if s == purgatory.StepReset && !acted {
+						acted = true
+						c.act(t, p, mt, op, cancel)
+					}
+				})
+				got := p.ResetTimeout(op, 3*seamTimeout)
+				restore()
+				require.True(t, acted)
+				assert.Equal(t, c.want.reset, got, "ResetTimeout's result")
+
+				st := p.Stats()
+				switch c.want.end {
+				case "expired at the new deadline":
+					assert.False(t, op.IsCompleted(), "expired at a deadline it no longer had")
+					assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+					mt.Advance(3*seamTimeout - 2*seamTimeout - time.Millisecond)
+					assert.False(t, op.IsCompleted(), "expired early")
+					mt.Advance(2 * time.Millisecond)
+					assert.True(t, op.IsExpired())
+					st = p.Stats()
+					assert.Equal(t, uint64(1), st.Expired)
+				case "early":
+					assert.Equal(t, uint64(1), st.CompletedEarly)
+				case "context":
+					assert.Equal(t, uint64(1), st.ContextDone)
+				case "cancelled":
+					assert.Equal(t, uint64(1), st.Cancelled)
+				case "for_key":
+					assert.Equal(t, uint64(1), st.CompletedForKey)
+					assert.ErrorIs(t, op.Cause(), errMoved)
+				case "shutdown":
+					assert.Equal(t, uint64(1), st.Shutdown)
+				}
+				completes := int32(1)
+				if c.want.end == "cancelled" {
+					completes = 0
+				}
+				assert.Equal(t, completes, op.Completes.Load(), "OnComplete")
+				assert.Equal(t, 0, st.Pending)
+				assert.Equal(t, 0, st.Watched)
+				assert.Equal(t, 0, purgatory.TimerSize(p, mt), "left in the timer")
+				// A later deadline passes: nothing runs twice.
+				mt.Advance(time.Hour)
+				assert.Equal(t, completes, op.Completes.Load(), "OnComplete, after every deadline")
+				assert.LessOrEqual(t, op.Expiries.Load(), int32(1))
+			})
+		}
+	}
+}
+
+// signalLock is a user lock (operation.WithLock) that reports when a
+// goroutine is about to wait for it. It has no TryLock, so the lifecycle
+// waits for it everywhere.
+type signalLock struct {
+	mu      sync.Mutex
+	waiting chan struct{}
+}
+
+func (l *signalLock) Lock() {
+	if !l.mu.TryLock() {
+		l.waiting <- struct{}{}
+		l.mu.Lock()
+	}
+}
+
+func (l *signalLock) Unlock() { l.mu.Unlock() }
+
+// The timer fires the entry at its old deadline, and its expiry waits for
+// the operation's lock; a reset comes first. The stale expiry must find
+// the entry moved and do nothing: the operation expires once, at its new
+// deadline.
+func TestResetTimeoutBeatsAStaleExpiry(t *testing.T) {
+	t.Parallel()
+	p, mt := newMockPurgatory(t)
+	lock := &signalLock{waiting: make(chan struct{}, 1)}
+	op := newOp(seamTimeout, operation.WithLock(lock))
+	mustPark(t, p, op, "a")
+
+	lock.Lock()
+	expired := make(chan int)
+	go func() { expired <- mt.Advance(seamTimeout) }()
+	<-lock.waiting // the expiry has fired the entry, and waits for the lock
+	assert.True(t, p.ResetTimeout(op, seamTimeout), "nothing has completed the operation")
+	lock.Unlock()
+	<-expired
+	assert.False(t, op.IsCompleted(), "the stale expiry completed it")
+	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+
+	mt.Advance(seamTimeout - time.Millisecond) // its new deadline, less a tick
+	assert.False(t, op.IsCompleted(), "expired early")
+	mt.Advance(time.Millisecond)
+	assert.True(t, op.IsExpired())
+	assert.Equal(t, int32(1), op.Expiries.Load())
+	assert.Equal(t, uint64(1), p.Stats().Expired)
+}
+
+// The expiry has claimed the operation (it will complete it) when a reset
+// comes: the reset reports false and changes nothing.
+func TestResetTimeoutLosesToAClaimedExpiry(t *testing.T) {
+	t.Parallel()
+	p, mt := newMockPurgatory(t)
+	op := newOp(seamTimeout)
+	var reset []bool
+	purgatory.SetClaimedHook(p, func(o *lifecycle.Op) {
+		if o == lifecycle.Of(op) {
+			reset = append(reset, p.ResetTimeout(op, time.Hour))
+		}
+	})
+	mustPark(t, p, op, "a")
+	mt.Advance(seamTimeout)
+	assert.Equal(t, []bool{false}, reset)
+	assert.True(t, op.IsExpired())
+	assert.Equal(t, seamTimeout, op.Timeout(), "the lost reset moved the timeout")
+	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	mt.Advance(2 * time.Hour)
+	assert.Equal(t, int32(1), op.Completes.Load())
+	assert.Equal(t, uint64(1), p.Stats().Expired)
+}
+
+// A reset between any two steps of the operation's own park (another
+// goroutine that learnt of it early) is not undone by the rest of the
+// park: the operation expires at the reset's deadline, for a timeout
+// added at park and for one held back.
+func TestResetTimeoutDuringPark(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{seamTimeout, heldTimeout} {
+		for _, step := range purgatory.Steps {
+			for _, to := range []time.Duration{timeout / 2, 3 * timeout} {
+				t.Run(timeout.String()+"/"+step.String()+"/to-"+to.String(), func(t *testing.T) {
+					p, mt := newMockPurgatory(t)
+					op := newOp(timeout)
+					acted := false
+					restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
+						if s == step && !acted {
+							acted = true
+							assert.True(t, p.ResetTimeout(op, to))
+						}
+					})
+					mustPark(t, p, op, "a", "b")
+					restore()
+					require.True(t, acted)
+					assert.Equal(t, to, op.Timeout())
+					mt.Advance(to - time.Millisecond)
+					assert.False(t, op.IsCompleted(), "expired early")
+					mt.Advance(time.Millisecond)
+					assert.True(t, op.IsExpired(), "not expired at the reset's deadline")
+					assert.Equal(t, int32(1), op.Expiries.Load())
+					mt.Advance(4 * timeout)
+					assert.Equal(t, int32(1), op.Completes.Load())
+					assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+				})
+			}
+		}
+	}
+}
