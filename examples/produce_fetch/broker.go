@@ -83,6 +83,7 @@ type Broker struct {
 	topics     map[string][]*partition // by topic, in partition order
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
+	groups     *Coordinator // consumer groups and their offsets (groups.go)
 
 	lagMax     time.Duration
 	isrShrinks atomic.Int64
@@ -114,6 +115,9 @@ type BrokerConfig struct {
 	// itself with followerFetch. The ISR expiry task runs only with real
 	// timers (Timer nil); a test calls shrinkISR.
 	ByHand bool
+	// Groups configures the group coordinator; its Timer defaults to
+	// Timer.
+	Groups GroupConfig
 }
 
 // replicaMaxWait is how long a follower's fetch waits in the fetch
@@ -153,11 +157,21 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		_ = pp.Shutdown(context.Background())
 		return nil, err
 	}
+	if c.Groups.Timer == nil {
+		c.Groups.Timer = c.Timer
+	}
+	gc, err := NewCoordinator(c.Groups)
+	if err != nil {
+		_ = pp.Shutdown(context.Background())
+		_ = fp.Shutdown(context.Background())
+		return nil, err
+	}
 	b := &Broker{
 		partitions: make(map[tpKey]*partition),
 		topics:     make(map[string][]*partition),
 		produce:    pp,
 		fetch:      fp,
+		groups:     gc,
 		lagMax:     c.ReplicaLagMax,
 		stop:       make(chan struct{}),
 	}
@@ -501,24 +515,28 @@ type BrokerStats struct {
 	// ConsumerFetches is how many consumers' fetches are accepted and not
 	// yet answered: parked, or about to be.
 	ConsumerFetches int64
+	Groups          GroupStats
 }
 
 // Stats returns the two purgatories' counters and the ISR changes.
 func (b *Broker) Stats() BrokerStats {
 	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(),
-		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load()}
+		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load(),
+		Groups: b.groups.Stats()}
 }
 
-// Close stops the followers, each completing its own parked fetch, and
-// shuts both purgatories down, which answers every request still waiting
-// (their timeouts fire early), so that nothing parked is dropped. Requests
-// that arrive afterwards are refused.
+// Close unloads the consumer groups, answering their parked JoinGroups
+// and SyncGroups with NOT_COORDINATOR, stops the followers, each
+// completing its own parked fetch, and shuts both purgatories down, which
+// answers every request still waiting (their timeouts fire early), so that
+// nothing parked is dropped. Requests that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		gerr := b.groups.Close(ctx)
 		close(b.stop)
 		b.wg.Wait()
-		b.closeResult = errors.Join(b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx))
+		b.closeResult = errors.Join(gerr, b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx))
 	})
 	return b.closeResult
 }

@@ -30,10 +30,25 @@ import (
 // picks the highest version both sides know, so only versions whose every
 // field this file handles are listed.
 var kafkaAPIs = []kmsg.ApiVersionsResponseApiKey{
-	{ApiKey: 0, MinVersion: 3, MaxVersion: 11}, // Produce: v3 is the first with v2 record batches
+	// Produce from v0, though v0-2 carry the old message sets: librdkafka
+	// before 2.11.1 compresses with gzip, snappy or lz4 only if Produce v0
+	// is advertised (see upConvertMessageSet in log.go).
+	{ApiKey: 0, MinVersion: 0, MaxVersion: 11},
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch: v4 adds isolation levels; v13 names topics by ID
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets: v7 adds max-timestamp lookups
 	{ApiKey: 3, MinVersion: 1, MaxVersion: 9},  // Metadata: v10 adds topic IDs
+	// The group coordinator (groups.go), from v0 as librdkafka's
+	// feature check wants for its balanced consumer; the newest versions
+	// are those of KIP-848's protocol, or name topics by ID.
+	{ApiKey: 8, MinVersion: 0, MaxVersion: 8},  // OffsetCommit: v9 is KIP-848's, v10 names topics by ID
+	{ApiKey: 9, MinVersion: 0, MaxVersion: 8},  // OffsetFetch: v8 batches groups; v9 adds KIP-848's member epoch
+	{ApiKey: 10, MinVersion: 0, MaxVersion: 4}, // FindCoordinator: v4 batches keys; v6 adds share groups
+	{ApiKey: 11, MinVersion: 0, MaxVersion: 9}, // JoinGroup
+	{ApiKey: 12, MinVersion: 0, MaxVersion: 4}, // Heartbeat
+	{ApiKey: 13, MinVersion: 0, MaxVersion: 5}, // LeaveGroup: v3 batches members
+	{ApiKey: 14, MinVersion: 0, MaxVersion: 5}, // SyncGroup
+	{ApiKey: 15, MinVersion: 0, MaxVersion: 6}, // DescribeGroups
+	{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 4}, // InitProducerId: idempotent producers (franz-go's default)
 }
@@ -334,7 +349,13 @@ func (c *kconn) handle(frame []byte) (err error) {
 	if !supportedVersion(key, version) {
 		return fmt.Errorf("unsupported request: key %d (%s) version %d", key, kmsg.NameForKey(key), version)
 	}
-	_ = r.NullableString() // the client ID
+	var rc reqContext
+	if id := r.NullableString(); id != nil {
+		rc.clientID = *id
+	}
+	if host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String()); err == nil {
+		rc.host = "/" + host // as Kafka shows a member's host
+	}
 	kreq := kmsg.RequestForKey(key)
 	kreq.SetVersion(version)
 	if kreq.IsFlexible() {
@@ -358,7 +379,7 @@ func (c *kconn) handle(frame []byte) (err error) {
 	if err := c.enqueue(in); err != nil {
 		return err
 	}
-	c.s.dispatch(kreq, in.answer)
+	c.s.dispatch(kreq, rc, in.answer)
 	return nil
 }
 
@@ -419,8 +440,8 @@ func appendResponse(dst []byte, in *inflight) []byte {
 }
 
 // dispatch answers a request through answer, at once or, for Produce with
-// acks=all and Fetch, once the purgatory completes it.
-func (s *KafkaServer) dispatch(kreq kmsg.Request, answer func(kmsg.Response)) {
+// acks=all, Fetch, JoinGroup and SyncGroup, once a purgatory completes it.
+func (s *KafkaServer) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Response)) {
 	switch req := kreq.(type) {
 	case *kmsg.ApiVersionsRequest:
 		resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
@@ -436,6 +457,24 @@ func (s *KafkaServer) dispatch(kreq kmsg.Request, answer func(kmsg.Response)) {
 		s.produce(req, answer)
 	case *kmsg.FetchRequest:
 		s.fetch(req, answer)
+	case *kmsg.FindCoordinatorRequest:
+		answer(s.findCoordinator(req))
+	case *kmsg.JoinGroupRequest:
+		s.joinGroup(req, rc, answer)
+	case *kmsg.SyncGroupRequest:
+		s.syncGroup(req, answer)
+	case *kmsg.HeartbeatRequest:
+		answer(s.heartbeat(req))
+	case *kmsg.LeaveGroupRequest:
+		answer(s.leaveGroup(req))
+	case *kmsg.OffsetCommitRequest:
+		answer(s.offsetCommit(req))
+	case *kmsg.OffsetFetchRequest:
+		answer(s.offsetFetch(req))
+	case *kmsg.ListGroupsRequest:
+		answer(s.listGroups(req))
+	case *kmsg.DescribeGroupsRequest:
+		answer(s.describeGroups(req))
 	default: // not reached: handle admits only the keys in kafkaAPIs
 		panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(kreq.Key())))
 	}
@@ -465,7 +504,18 @@ func (s *KafkaServer) produce(req *kmsg.ProduceRequest, answer func(kmsg.Respons
 				continue
 			}
 			slots[tp] = rp
-			pr.Partitions = append(pr.Partitions, ProducePartition{TP: tp, Batch: p.Records})
+			batch := p.Records
+			if req.Version < 3 {
+				// A message set of the old formats: stored as a v2 batch.
+				var e *kerr.Error
+				var msg string
+				if batch, _, e, msg = upConvertMessageSet(p.Records); e != nil {
+					rp.ErrorCode = e.Code
+					rp.ErrorMessage = &msg
+					continue
+				}
+			}
+			pr.Partitions = append(pr.Partitions, ProducePartition{TP: tp, Batch: batch})
 		}
 	}
 	s.b.ProduceFunc(pr, func(r ProduceResponse) {

@@ -120,7 +120,8 @@ func TestKafkaBadFramesCloseOnlyTheirConnection(t *testing.T) {
 		{"a frame too short for a header", func(c *rawClient) { c.frame(3, []byte{0, 3, 0}) }},
 		{"an unknown API key", func(c *rawClient) { c.frame(10, []byte{0x7f, 0x00, 0, 0, 0, 0, 0, 1, 0, 0}) }},
 		{"an API this broker does not serve", func(c *rawClient) { c.send(kmsg.NewPtrCreateTopicsRequest(), 4) }},
-		{"a Produce version below the supported range", func(c *rawClient) { c.send(kmsg.NewPtrProduceRequest(), 2) }},
+		{"a Produce version above the supported range", func(c *rawClient) { c.send(kmsg.NewPtrProduceRequest(), 12) }},
+		{"an OffsetCommit version of KIP-848's era", func(c *rawClient) { c.send(kmsg.NewPtrOffsetCommitRequest(), 9) }},
 		{"a Fetch version above the supported range", func(c *rawClient) { c.send(kmsg.NewPtrFetchRequest(), 13) }},
 		{"a truncated body", func(c *rawClient) {
 			f := metadataV9[:len(metadataV9)-1]

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"sort"
@@ -144,28 +145,167 @@ func (p *partition) offsetForTimestamp(ts int64) (offset, timestamp int64) {
 // HTTP mode's produce, with kmsg's types: each record's length prefix and
 // the batch's length and CRC are the only fields that are computed here.
 func encodeBatch(values [][]byte, now time.Time) []byte {
-	var records []byte
+	recs := make([]oldMessage, len(values))
 	for i, v := range values {
+		recs[i] = oldMessage{value: v, timestamp: now.UnixMilli()}
+	}
+	return encodeRecords(recs, kgo.CodecNone)
+}
+
+// encodeRecords builds one v2 batch of recs, compressed with codec.
+func encodeRecords(recs []oldMessage, codec kgo.CompressionCodecType) []byte {
+	var records []byte
+	first, maxTS := int64(-1), int64(-1)
+	if len(recs) > 0 {
+		first = recs[0].timestamp
+	}
+	for i, m := range recs {
 		r := kmsg.NewRecord()
 		r.OffsetDelta = int32(i)
-		r.Value = v
+		if first >= 0 && m.timestamp >= 0 {
+			r.TimestampDelta64 = m.timestamp - first
+		}
+		maxTS = max(maxTS, m.timestamp)
+		r.Key, r.Value = m.key, m.value
 		body := r.AppendTo(nil) // with Length 0, a one-byte varint
 		r.Length = int32(len(body) - 1)
 		records = r.AppendTo(records)
 	}
-	ts := now.UnixMilli()
+	var attrs int16
+	if codec != kgo.CodecNone {
+		var buf bytes.Buffer
+		if out, used := compressorFor(codec).Compress(&buf, records); used == codec {
+			records, attrs = bytes.Clone(out), int16(codec)
+		}
+	}
 	rb := kmsg.NewRecordBatch()
 	rb.Length = int32(batchHeaderLen - 12 + len(records))
 	rb.PartitionLeaderEpoch = -1
 	rb.Magic = 2
-	rb.LastOffsetDelta = int32(len(values) - 1)
-	rb.FirstTimestamp, rb.MaxTimestamp = ts, ts
+	rb.Attributes = attrs
+	rb.LastOffsetDelta = int32(len(recs) - 1)
+	rb.FirstTimestamp, rb.MaxTimestamp = first, maxTS
 	rb.ProducerID, rb.ProducerEpoch, rb.FirstSequence = -1, -1, -1
-	rb.NumRecords = int32(len(values))
+	rb.NumRecords = int32(len(recs))
 	rb.Records = records
 	raw := rb.AppendTo(nil)
 	rb.CRC = int32(crc32.Checksum(raw[crcStart:], castagnoli))
 	return rb.AppendTo(raw[:0])
+}
+
+// compressorFor returns a compressor for one codec.
+func compressorFor(codec kgo.CompressionCodecType) kgo.Compressor {
+	var cc kgo.CompressionCodec
+	switch codec {
+	case kgo.CodecGzip:
+		cc = kgo.GzipCompression()
+	case kgo.CodecSnappy:
+		cc = kgo.SnappyCompression()
+	case kgo.CodecLz4:
+		cc = kgo.Lz4Compression()
+	default:
+		cc = kgo.ZstdCompression()
+	}
+	c, _ := kgo.DefaultCompressor(cc) // a known codec: no error
+	return c
+}
+
+// oldMessage is one message of a v0 or v1 message set: a record before
+// record batches.
+type oldMessage struct {
+	timestamp  int64 // -1 for v0, which has none
+	key, value []byte
+}
+
+// upConvertMessageSet turns the message set of a Produce v0-2 (message
+// format v0 or v1) into one v2 record batch, as Kafka's LogValidator does
+// on append when the log's format is v2: every log here holds v2 batches,
+// which is all Fetch v4+ serves. A compressed wrapper message's inner
+// messages become the batch's records, compressed again with the same
+// codec, as Kafka keeps the producer's codec; the message set's own
+// offsets are ignored, as the broker assigns offsets. The message set must
+// be whole, each message's CRC right, and at most one level of nesting.
+//
+// Why serve Produce v0-2 at all: librdkafka before 2.11.1 decides whether
+// it may compress a batch with gzip, snappy or lz4 by asking whether the
+// broker's Produce range overlaps [0, 0] (rd_kafka_msgset_writer_select_MsgVersion,
+// rdkafka_msgset_writer.c), and for lz4 also whether FindCoordinator v0
+// is there (rdkafka_feature.c). A broker advertising Produce from v3 gets
+// its batches uncompressed, with "Broker does not support compression
+// type gzip: not compressing batch" in librdkafka's log. Those librdkafka
+// versions still send Produce v3+ with v2 batches once Produce v0 is
+// advertised; the older versions are here so that what is advertised is
+// served.
+func upConvertMessageSet(raw []byte) (batch []byte, numRecords int32, e *kerr.Error, msg string) {
+	outer, codec, err := readMessageSet(raw, true)
+	if err != nil {
+		return nil, 0, kerr.CorruptMessage, "message set: " + err.Error()
+	}
+	if len(outer) == 0 {
+		return nil, 0, kerr.InvalidRecord, "an empty message set"
+	}
+	return encodeRecords(outer, codec), int32(len(outer)), nil, ""
+}
+
+// readMessageSet reads a v0/v1 message set, unwrapping compressed
+// wrapper messages when top is set (inner messages are never compressed).
+// It returns the messages and the codec of the first compressed wrapper.
+func readMessageSet(raw []byte, top bool) ([]oldMessage, kgo.CompressionCodecType, error) {
+	var out []oldMessage
+	codec := kgo.CodecNone
+	for len(raw) > 0 {
+		if len(raw) < 12+14 { // offset, size, and the smallest v0 message
+			return nil, 0, fmt.Errorf("%d bytes left, short of a message", len(raw))
+		}
+		size := int64(binary.BigEndian.Uint32(raw[8:12]))
+		if size < 14 || size > int64(len(raw)-12) {
+			return nil, 0, fmt.Errorf("message size %d with %d bytes left", size, len(raw)-12)
+		}
+		msg := raw[:12+size]
+		raw = raw[12+size:]
+		if crc32.ChecksumIEEE(msg[16:]) != binary.BigEndian.Uint32(msg[12:16]) {
+			return nil, 0, errors.New("message CRC mismatch")
+		}
+		var m oldMessage
+		var attrs int8
+		switch magic := msg[16]; magic {
+		case 0:
+			var v kmsg.MessageV0
+			if err := v.ReadFrom(msg); err != nil {
+				return nil, 0, err
+			}
+			m, attrs = oldMessage{timestamp: -1, key: v.Key, value: v.Value}, v.Attributes
+		case 1:
+			var v kmsg.MessageV1
+			if err := v.ReadFrom(msg); err != nil {
+				return nil, 0, err
+			}
+			m, attrs = oldMessage{timestamp: v.Timestamp, key: v.Key, value: v.Value}, v.Attributes
+		default:
+			return nil, 0, fmt.Errorf("message magic %d in a message set", magic)
+		}
+		c := kgo.CompressionCodecType(attrs & 0x07)
+		if c == kgo.CodecNone {
+			out = append(out, m)
+			continue
+		}
+		if !top {
+			return nil, 0, errors.New("a compressed message inside a compressed message")
+		}
+		inner, err := decompressor.Decompress(m.value, c)
+		if err != nil {
+			return nil, 0, fmt.Errorf("decompressing a wrapper message: %w", err)
+		}
+		msgs, _, err := readMessageSet(inner, false)
+		if err != nil {
+			return nil, 0, err
+		}
+		if codec == kgo.CodecNone {
+			codec = c
+		}
+		out = append(out, msgs...)
+	}
+	return out, codec, nil
 }
 
 var decompressor = kgo.DefaultDecompressor()

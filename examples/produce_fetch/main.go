@@ -41,10 +41,17 @@ func main() {
 	flag.DurationVar(&c.ProduceTimeout, "produce-timeout", 500*time.Millisecond, "acks=all produce timeout: the scenario's, and HTTP's when a body has no timeout_ms")
 	flag.DurationVar(&c.MaxWait, "max-wait", 500*time.Millisecond, "fetch max wait: the scenario's consumers', and HTTP's when a fetch has no max_wait_ms")
 	flag.Int64Var(&c.MinBytes, "min-bytes", 64, "scenario: consumers' fetch min bytes")
+	flag.DurationVar(&c.Groups.InitialRebalanceDelay, "group-initial-rebalance-delay", 3*time.Second,
+		"with -kafka: how long the first rebalance of an empty group waits for more members (Kafka's group.initial.rebalance.delay.ms)")
+	flag.DurationVar(&c.Groups.MinSessionTimeout, "group-min-session-timeout", 6*time.Second,
+		"with -kafka: the shortest session timeout a group member may ask for (Kafka's group.min.session.timeout.ms)")
+	flag.DurationVar(&c.Groups.MaxSessionTimeout, "group-max-session-timeout", 30*time.Minute,
+		"with -kafka: the longest session timeout a group member may ask for (Kafka's group.max.session.timeout.ms)")
 	flag.Parse()
 	c.Topics = strings.Split(topics, ",")
-	if c.ProduceRate <= 0 || c.Duration <= 0 || c.ProduceTimeout <= 0 || c.MaxWait < 0 || c.SlowLag < 0 {
-		fmt.Fprintln(os.Stderr, "produce_fetch: -produce-rate, -duration and -produce-timeout must be positive, -max-wait and -slow-lag not negative")
+	if c.ProduceRate <= 0 || c.Duration <= 0 || c.ProduceTimeout <= 0 || c.MaxWait < 0 || c.SlowLag < 0 ||
+		c.Groups.InitialRebalanceDelay < 0 || c.Groups.MinSessionTimeout <= 0 || c.Groups.MaxSessionTimeout < c.Groups.MinSessionTimeout {
+		fmt.Fprintln(os.Stderr, "produce_fetch: -produce-rate, -duration and -produce-timeout must be positive, -max-wait, -slow-lag and -group-initial-rebalance-delay not negative, and 0 < -group-min-session-timeout <= -group-max-session-timeout")
 		os.Exit(2)
 	}
 	stdoutIsTerminal := isTerminal(os.Stdout)
@@ -128,6 +135,8 @@ func printKcatHelp(w io.Writer, addr string, c ScenarioConfig) {
 	fmt.Fprintf(w, "  echo slow | kcat -b %s -P -t %s -p 0 -X acks=all\n", addr, t)
 	fmt.Fprintf(w, "  # a consumer long-polling (5 s per fetch), printing each record as it is produced\n")
 	fmt.Fprintf(w, "  kcat -b %s -C -t %s -p 1 -o beginning -X fetch.wait.max.ms=5000\n", addr, t)
+	fmt.Fprintf(w, "  # a consumer group: run it in two terminals, and the %d partitions are split between them\n", c.Partitions)
+	fmt.Fprintf(w, "  kcat -b %s -G demo %s -o beginning -f '%%t-%%p@%%o: %%s\\n'\n", addr, t)
 }
 
 // statusLoop shows statusLine every second: redrawn in place on a terminal,
@@ -162,6 +171,10 @@ func statusLine(st BrokerStats, ks *KafkaServer) string {
 	line := fmt.Sprintf("produce: %d parked, %d done early, %d expired | fetch: %d parked, %d done early, %d expired | isr -%d +%d",
 		st.Produce.Pending, st.Produce.CompletedEarly, st.Produce.Expired,
 		st.Fetch.Pending, st.Fetch.CompletedEarly, st.Fetch.Expired, st.ISRShrinks, st.ISRExpands)
+	if st.Groups.Groups > 0 {
+		line += fmt.Sprintf(" | groups: %d, %d members, %d rebalancing, %d sessions expired",
+			st.Groups.Groups, st.Groups.Members, st.Groups.Join.Pending, st.Groups.Heartbeat.Expired)
+	}
 	if ks != nil {
 		ksStats := ks.Stats()
 		line += fmt.Sprintf(" | kafka: %d conns, %d requests", ksStats.Open, ksStats.Requests)

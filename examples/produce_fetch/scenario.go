@@ -27,6 +27,7 @@ type ScenarioConfig struct {
 	MaxWait        time.Duration // consumers' fetch max wait
 	MinBytes       int64
 	ReplicaLagMax  time.Duration // see BrokerConfig; 0 keeps followers in sync
+	Groups         GroupConfig   // the group coordinator's, for -kafka
 	Progress       io.Writer     // progress display; nil for none
 	// ProgressLive redraws one line in place with \r, for a terminal;
 	// otherwise a plain line is written every ProgressEvery [1s].
@@ -89,7 +90,7 @@ func (r *recorder) summary() kindSummary {
 // partition, lagging SlowLag.
 func (c ScenarioConfig) newBroker() (*Broker, error) {
 	b, err := NewBroker(BrokerConfig{Topics: c.Topics, Partitions: c.Partitions, Replicas: c.Replicas, Lag: c.Lag,
-		ReplicaLagMax: c.ReplicaLagMax})
+		ReplicaLagMax: c.ReplicaLagMax, Groups: c.Groups})
 	if err != nil {
 		return nil, err
 	}
