@@ -14,6 +14,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -83,6 +84,8 @@ type Broker struct {
 	topics     map[string][]*partition // by topic, in partition order
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
+	// produceTimes and fetchTimes time the two purgatories' operations.
+	produceTimes, fetchTimes *timing.Recorder
 
 	lagMax     time.Duration
 	isrShrinks atomic.Int64
@@ -135,7 +138,8 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		seen[t] = true
 	}
 	// The demo prints, and /metrics exports, how long requests stay parked.
-	popts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
+	produceTimes, fetchTimes := new(timing.Recorder), new(timing.Recorder)
+	popts := []purgatory.Option{purgatory.WithObserver(produceTimes)}
 	if c.Timer != nil {
 		popts = append(popts, purgatory.WithTimer(c.Timer), purgatory.WithoutReaper())
 	}
@@ -143,7 +147,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	fopts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
+	fopts := []purgatory.Option{purgatory.WithObserver(fetchTimes)}
 	if c.Timer != nil {
 		// Both purgatories share the test's timer; only one may close it.
 		fopts = append(fopts, purgatory.WithTimer(sharedTimer{c.Timer}), purgatory.WithoutReaper())
@@ -161,6 +165,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		lagMax:     c.ReplicaLagMax,
 		stop:       make(chan struct{}),
 	}
+	b.produceTimes, b.fetchTimes = produceTimes, fetchTimes
 	now := time.Now()
 	for _, topic := range c.Topics {
 		for i := range c.Partitions {

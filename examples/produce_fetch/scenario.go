@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -40,6 +41,9 @@ type Summary struct {
 	ProduceStats        purgatory.Stats
 	FetchStats          purgatory.Stats
 	ExpiredWithTimedOut int // expired produces whose response had REQUEST_TIMED_OUT
+
+	// ProduceTimes and FetchTimes are how long requests stayed parked.
+	ProduceTimes, FetchTimes timing.TimeInPurgatory
 }
 
 // kindSummary counts one kind of request by how it was answered: completed
@@ -209,6 +213,7 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 	pwg.Wait()
 	st := b.Stats()
 	return Summary{Produce: prod.summary(), Fetch: fetch.summary(), ProduceStats: st.Produce, FetchStats: st.Fetch,
+		ProduceTimes: b.produceTimes.Snapshot(), FetchTimes: b.fetchTimes.Snapshot(),
 		ExpiredWithTimedOut: int(timedOut.Load())}, closeErr
 }
 
@@ -224,7 +229,7 @@ func (s Summary) Print(w io.Writer) {
 			r.k.P50.Round(10*time.Microsecond), r.k.P99.Round(10*time.Microsecond), r.k.Max.Round(10*time.Microsecond))
 	}
 	tw.Flush()
-	printTimeInPurgatory(w, s.ProduceStats, s.FetchStats)
+	printTimeInPurgatory(w, s.ProduceTimes, s.FetchTimes)
 	for _, p := range []struct {
 		name string
 		st   purgatory.Stats
@@ -235,18 +240,18 @@ func (s Summary) Print(w io.Writer) {
 }
 
 // printTimeInPurgatory writes the library's own measure of how long
-// requests were parked (Stats.TimeInPurgatory), by how they completed.
-func printTimeInPurgatory(w io.Writer, produce, fetch purgatory.Stats) {
+// requests were parked (a timing.Recorder's), by how they completed.
+func printTimeInPurgatory(w io.Writer, produce, fetch timing.TimeInPurgatory) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "time in purgatory	completed	n	p50	p90	p99	p99.9	")
 	for _, p := range []struct {
 		name string
-		st   purgatory.Stats
+		tip  timing.TimeInPurgatory
 	}{{"produce", produce}, {"fetch", fetch}} {
-		tip := p.st.TimeInPurgatory
+		tip := p.tip
 		for _, h := range []struct {
 			how string
-			h   *purgatory.Histogram
+			h   *timing.Histogram
 		}{{"early", &tip.CompletedEarly}, {"expired", &tip.Expired}, {"at shutdown", &tip.Shutdown}} {
 			if h.h.Count() == 0 {
 				continue

@@ -251,6 +251,9 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 
 func (o *Op) tryComplete() (done bool) {
 	if t := o.t; t != nil { // checkable: parked, so Park's write is seen
+		if t.Obs != nil {
+			o.h.ext.Load().tries.Add(1)
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				t.recovered(o, "TryComplete", r)
