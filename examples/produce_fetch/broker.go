@@ -117,6 +117,8 @@ type BrokerConfig struct {
 	// itself with followerFetch. The ISR expiry task runs only with real
 	// timers (Timer nil); a test calls shrinkISR.
 	ByHand bool
+	// Trace traces parked produces (trace.go).
+	Trace bool
 }
 
 // replicaMaxWait is how long a follower's fetch waits in the fetch
@@ -139,7 +141,11 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	}
 	// The demo prints, and /metrics exports, how long requests stay parked.
 	produceTimes, fetchTimes := new(timing.Recorder), new(timing.Recorder)
-	popts := []purgatory.Option{purgatory.WithObserver(produceTimes)}
+	popts, err := produceObservers(c.Trace)
+	if err != nil {
+		return nil, err
+	}
+	popts = append(popts, purgatory.WithObserver(produceTimes))
 	if c.Timer != nil {
 		popts = append(popts, purgatory.WithTimer(c.Timer), purgatory.WithoutReaper())
 	}

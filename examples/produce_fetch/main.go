@@ -41,7 +41,17 @@ func main() {
 	flag.DurationVar(&c.ProduceTimeout, "produce-timeout", 500*time.Millisecond, "acks=all produce timeout: the scenario's, and HTTP's when a body has no timeout_ms")
 	flag.DurationVar(&c.MaxWait, "max-wait", 500*time.Millisecond, "fetch max wait: the scenario's consumers', and HTTP's when a fetch has no max_wait_ms")
 	flag.Int64Var(&c.MinBytes, "min-bytes", 64, "scenario: consumers' fetch min bytes")
+	flag.BoolVar(&c.Trace, "trace", false, "scenario: trace produce requests and their wait in the purgatory, as JSON on stderr (OpenTelemetry's stdout exporter)")
+	traceRatio := flag.Float64("trace-ratio", 0.001, "with -trace: the share of produce requests traced")
 	flag.Parse()
+	if c.Trace {
+		stop, err := startTracing(os.Stderr, *traceRatio)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "produce_fetch:", err)
+			os.Exit(1)
+		}
+		defer stop() // main returns normally after the scenario; os.Exit paths lose only traces
+	}
 	c.Topics = strings.Split(topics, ",")
 	if c.ProduceRate <= 0 || c.Duration <= 0 || c.ProduceTimeout <= 0 || c.MaxWait < 0 || c.SlowLag < 0 {
 		fmt.Fprintln(os.Stderr, "produce_fetch: -produce-rate, -duration and -produce-timeout must be positive, -max-wait and -slow-lag not negative")

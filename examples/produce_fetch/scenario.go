@@ -28,6 +28,7 @@ type ScenarioConfig struct {
 	MaxWait        time.Duration // consumers' fetch max wait
 	MinBytes       int64
 	ReplicaLagMax  time.Duration // see BrokerConfig; 0 keeps followers in sync
+	Trace          bool          // trace the produces (-trace)
 	Progress       io.Writer     // progress display; nil for none
 	// ProgressLive redraws one line in place with \r, for a terminal;
 	// otherwise a plain line is written every ProgressEvery [1s].
@@ -93,7 +94,7 @@ func (r *recorder) summary() kindSummary {
 // partition, lagging SlowLag.
 func (c ScenarioConfig) newBroker() (*Broker, error) {
 	b, err := NewBroker(BrokerConfig{Topics: c.Topics, Partitions: c.Partitions, Replicas: c.Replicas, Lag: c.Lag,
-		ReplicaLagMax: c.ReplicaLagMax})
+		ReplicaLagMax: c.ReplicaLagMax, Trace: c.Trace})
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,10 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				ctx, span := startProduceSpan(c.Trace)
+				req.Ctx = ctx
 				resp := <-b.Produce(req)
+				span.End()
 				prod.add(resp.Latency, resp.Expired, resp.Refused)
 				for _, r := range resp.Partitions {
 					if resp.Expired && r.Err == errRequestTimedOut {
