@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-expiry perf perf-ratio demo broker tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker tidy-check clean
 
 all: lint build test
 
@@ -57,6 +57,11 @@ fuzz: deps
 bench: deps
 	@$(call each,$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -skip 'Expiry|HeapPer' $(PKGS))
 	$(MAKE) bench-expiry
+
+# bench-observers: the observers' CPU per request in perf run C's workload,
+# as ratios to no observer in the same run (docs/observing.md).
+bench-observers: deps
+	cd contrib/otel && $(GO) test -run '^$$' -bench 'ObserverCost|UnsampledCallbacks' -benchtime 400000x -count 6 .
 
 # Whole-round benchmarks run one implementation per process: a round leaves
 # a large heap and many goroutines behind, which would tax the next one.

@@ -243,7 +243,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	e := o.entry()
 	e.Owner = self
 	e.Delay.Store(int64(min(timeout, MaxTimeout)))
-	if opt.Ctx == context.Background() || opt.Ctx == context.TODO() {
+	if opt.Ctx != nil && (opt.Ctx == context.Background() || opt.Ctx == context.TODO()) {
 		// Never ends and carries nothing an Observer could use. Other
 		// contexts that never end are kept, unarmed: they may carry the
 		// span an Observer parents its own on.
