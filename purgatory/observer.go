@@ -130,7 +130,7 @@ type observing[K comparable, T operation.DelayedOperation] struct {
 func (a *observing[K, T]) Now() int64 { return a.p.now() }
 
 func (a *observing[K, T]) Parked(o *lifecycle.Op, ctx context.Context, keys int) any {
-	pk := park(o, ctx, keys)
+	pk := park[T](o, ctx, keys)
 	if len(a.obs) == 1 {
 		return a.parked(a.obs[0], pk)
 	}
@@ -188,7 +188,7 @@ func (a *observing[K, T]) left(ob Observer, state any, d Departure) {
 }
 
 func (a *observing[K, T]) refused(o *lifecycle.Op, keys int, err error) {
-	pk := park(o, lifecycle.ContextOf(o), keys)
+	pk := park[T](o, lifecycle.ContextOf(o), keys)
 	for _, ob := range a.obs {
 		func() {
 			defer a.recover("Refused")
@@ -208,10 +208,15 @@ func (a *observing[K, T]) recover(callback string) {
 	}
 }
 
-func park(o *lifecycle.Op, ctx context.Context, keys int) Park {
+// park describes o for an observer. The operation is asserted to T, which
+// for a concrete T is a comparison of types, not a search of method sets.
+func park[T operation.DelayedOperation](o *lifecycle.Op, ctx context.Context, keys int) Park {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	op, _ := lifecycle.Self(o).(operation.DelayedOperation)
-	return Park{Context: ctx, Operation: op, Keys: keys}
+	pk := Park{Context: ctx, Keys: keys}
+	if op, ok := lifecycle.Self(o).(T); ok {
+		pk.Operation = op
+	}
+	return pk
 }
