@@ -132,7 +132,7 @@ func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOp
 		case lockOption:
 			o.Lock = v.lock
 			if sl, ok := v.lock.(*SharedLock); ok {
-				o.Lock, o.Shared = &sl.l, &sl.l
+				o.Lock = &sl.l
 			}
 		case contextOption:
 			o.Ctx = v.ctx

@@ -89,7 +89,7 @@
 // block. What its Parked returns is handed to its Left: per-operation
 // state without a map. Without an observer, the request path reads no
 // clock and allocates nothing for it; with one, each park and departure
-// reads the clock once and the operation's handle grows from 16 to 112 bytes.
+// reads the clock once and the operation's handle grows from 16 to 96 bytes.
 // Package purgatory/timing is an observer that keeps the time-in-purgatory
 // histograms; contrib/prometheus and contrib/otel (modules of their own)
 // export them, and contrib/otel traces each parked operation.

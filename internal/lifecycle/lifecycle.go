@@ -189,13 +189,20 @@ type handleExt struct {
 	// obs is written by Park before the park is published and read by the
 	// one departure (complete or Cancel), which clears it so that the
 	// observer's state does not outlive the stay.
-	obs    any
-	tries  atomic.Uint32 // TryComplete calls, counted only with an Observer
-	lock   sync.Locker
-	shared *SharedLock
-	ctx    context.Context
-	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
-	cause  atomic.Pointer[error]       // CompleteWith's, the first one given
+	obs   any
+	tries atomic.Uint32 // TryComplete calls, counted only with an Observer
+	lock  sync.Locker   // a *SharedLock, for a SharedLock (sharedLock)
+	ctx   context.Context
+	stop  atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+	cause atomic.Pointer[error]       // CompleteWith's, the first one given
+}
+
+// sharedLock returns the lock given to WithLock if it is a SharedLock. It
+// is not kept in a field of its own: a pointer more would move an
+// extHandle from the 96-byte size class to the 112-byte one.
+func (x *handleExt) sharedLock() *SharedLock {
+	s, _ := x.lock.(*SharedLock)
+	return s
 }
 
 // extHandle is a Handle and its handleExt in one allocation.
@@ -224,9 +231,8 @@ func (o *Op) fat() *handleExt {
 
 // Options are what Init takes besides the timeout.
 type Options struct {
-	Lock   sync.Locker
-	Shared *SharedLock // Lock, when it is a SharedLock
-	Ctx    context.Context
+	Lock sync.Locker
+	Ctx  context.Context
 }
 
 // Init binds o to self, the user's operation that embeds it, and sets the
@@ -252,7 +258,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	if opt.Lock != nil || opt.Ctx != nil {
 		h := newExtHandle()
 		x := h.ext.Load()
-		x.lock, x.shared, x.ctx = opt.Lock, opt.Shared, opt.Ctx
+		x.lock, x.ctx = opt.Lock, opt.Ctx
 		o.h = h
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {

@@ -155,7 +155,7 @@ func TryComplete(o *Op) bool {
 	}
 	var shared *SharedLock
 	if fh := o.fat(); fh != nil {
-		shared = fh.shared
+		shared = fh.sharedLock()
 	}
 	done := false
 	for o.checkable() {
@@ -200,8 +200,10 @@ func TryComplete(o *Op) bool {
 // The caller hands the park to DeferPark instead.
 func LockForPark(o *Op) (sync.Locker, bool) {
 	l := o.lock()
-	if fh := o.fat(); fh != nil && fh.shared != nil {
-		return l, fh.shared.TryLock()
+	if fh := o.fat(); fh != nil {
+		if s := fh.sharedLock(); s != nil {
+			return l, s.TryLock()
+		}
 	}
 	l.Lock()
 	return l, true
@@ -212,7 +214,7 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // must release the lock (UnlockAfterPark). Call it only for an operation
 // whose LockForPark reported false.
 func DeferPark(o *Op, park func(l sync.Locker)) {
-	s := o.fat().shared
+	s := o.fat().sharedLock()
 	s.deferPark(func() { park(s) })
 }
 
@@ -233,7 +235,7 @@ func TryCompleteLocked(o *Op) bool { return o.checkable() && o.tryComplete() }
 // whose notes are kept on the lock, is always tried.
 func LastTryLocked(o *Op, missed bool) bool {
 	if !missed && !o.clear(stTryAgain) {
-		if fh := o.fat(); fh == nil || fh.shared == nil {
+		if fh := o.fat(); fh == nil || fh.sharedLock() == nil {
 			return false
 		}
 	}
