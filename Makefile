@@ -1,17 +1,18 @@
 # purgatory-go: every target installs what it needs through the Go module proxy.
-# Three modules: the library (.), examples/ and contrib/prometheus, each with
-# its own go.mod so that what the examples need (franz-go) and what the
-# collector needs (client_golang) stay out of the library's dependencies.
-# Targets that build, vet, test or lint run in all three.
+# Four modules: the library (.), examples/, contrib/prometheus and
+# contrib/otel, each with its own go.mod so that what the examples need
+# (franz-go) and what the adapters need (client_golang, OpenTelemetry) stay
+# out of the library's dependencies. Targets that build, vet, test or lint
+# run in all four.
 GO        ?= go
 PKGS      := ./...
-MODULES   := . examples contrib/prometheus
+MODULES   := . examples contrib/prometheus contrib/otel
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); done
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-expiry perf perf-ratio demo broker tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker tidy-check clean
 
 all: lint build test
 
@@ -56,6 +57,11 @@ fuzz: deps
 bench: deps
 	@$(call each,$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -skip 'Expiry|HeapPer' $(PKGS))
 	$(MAKE) bench-expiry
+
+# bench-observers: the observers' CPU per request in perf run C's workload,
+# as ratios to no observer in the same run (docs/observing.md).
+bench-observers: deps
+	cd contrib/otel && $(GO) test -run '^$$' -bench 'ObserverCost|UnsampledCallbacks' -benchtime 400000x -count 6 .
 
 # Whole-round benchmarks run one implementation per process: a round leaves
 # a large heap and many goroutines behind, which would tax the next one.

@@ -105,8 +105,10 @@ func WithLock(l sync.Locker) InitOption { return lockOption{l} }
 // does not) and Cause returns context.Cause(ctx). It is released from its
 // keys and its timeout like any other completion, and counted apart from
 // early and expired completions. If ctx has ended before the operation is
-// parked, it completes as soon as it is parked. A ctx that can never end
-// (context.Background) costs nothing.
+// parked, it completes as soon as it is parked. context.Background() and
+// context.TODO() cost nothing; another ctx that can never end is not
+// watched, but is kept for the purgatory's observers (the parent of their
+// spans: purgatory.WithObserver).
 //
 // The purgatory registers the operation with [context.AfterFunc] when it
 // parks it and unregisters it when the operation leaves, so a long-lived
@@ -130,7 +132,7 @@ func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOp
 		case lockOption:
 			o.Lock = v.lock
 			if sl, ok := v.lock.(*SharedLock); ok {
-				o.Lock, o.Shared = &sl.l, &sl.l
+				o.Lock = &sl.l
 			}
 		case contextOption:
 			o.Ctx = v.ctx

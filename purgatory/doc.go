@@ -82,6 +82,22 @@
 // that is waiting on the caller. CancelForKey and Shutdown wait for
 // operations' locks, so do not call them from a callback.
 //
+// # Observing
+//
+// Stats are plain counters, read when asked. For more, install an
+// Observer with WithObserver: it is told of each park (with the
+// operation's context, the parent of a span), each departure (outcome,
+// cause, time in purgatory, TryComplete calls) and each ErrFull or
+// ErrShutdown refusal, on the goroutine that caused it, so it must not
+// block. What its Parked returns is handed to its Left: per-operation
+// state without a map. Without an observer, the request path reads no
+// clock and allocates nothing for it; with one, each park and departure
+// reads the clock once and the operation's handle grows from 16 to 96 bytes.
+// Package purgatory/timing is an observer that keeps the time-in-purgatory
+// histograms; contrib/prometheus and contrib/otel (modules of their own)
+// export them, and contrib/otel traces each parked operation.
+// docs/observing.md has the details.
+//
 // # Memory
 //
 // A parked operation costs about 121 bytes beyond its own fields, watched on

@@ -10,6 +10,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -55,8 +56,9 @@ func (f *delayedFetch) OnExpiration() {
 // Writing an operation, parking it, and completing it from an event.
 func Example() {
 	mt := timer.NewMockTimer() // deterministic time for the example
+	var times timing.Recorder  // how long operations stay, by outcome
 	p, err := purgatory.New[operation.TopicPartitionKey, *delayedFetch]("Fetch",
-		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithObserver(&times))
 	if err != nil {
 		panic(err)
 	}
@@ -80,7 +82,7 @@ func Example() {
 	mt.Advance(500 * time.Millisecond)
 	st := p.Stats()
 	fmt.Printf("pending %d, completed early %d, expired %d\n", st.Pending, st.CompletedEarly, st.Expired)
-	fmt.Println("time in purgatory, expired:", st.TimeInPurgatory.Expired)
+	fmt.Println("time in purgatory, expired:", times.Snapshot().Expired)
 	// Output:
 	// parked: 2
 	// fetch-1: answered with 150 bytes
@@ -183,61 +185,62 @@ func Example_testingWithMockTimer() {
 	// at 250ms expired: true
 }
 
-// Stats published with expvar at /debug/vars, the time in purgatory as
-// summaries. The library itself imports neither expvar nor net/http:
-// publishing is one line of the program's own.
+// Stats published with expvar at /debug/vars. The library itself imports
+// neither expvar nor net/http: publishing is one line of the program's own.
 func ExamplePurgatory_Stats_expvar() {
 	mt := timer.NewMockTimer()
-	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
-		purgatory.WithTimeInPurgatory())
+	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper())
 	defer p.Shutdown(context.Background())
 	expvar.Publish("example.purgatory.fetch", expvar.Func(func() any { return p.Stats() }))
 
 	_, _ = p.TryCompleteElseWatch(newDelayedFetch("fetch", &partitionLog{}, 0, 100, time.Second), "orders-0")
 	mt.Advance(time.Second)
 
-	var st struct {
-		Expired         int
-		TimeInPurgatory struct {
-			Expired struct {
-				Count int   `json:"count"`
-				Sum   int64 `json:"sum_us"`
-			}
-		}
-	}
+	var st struct{ Pending, Expired int }
 	_ = json.Unmarshal([]byte(expvar.Get("example.purgatory.fetch").String()), &st)
-	fmt.Println("expired:", st.Expired, "timed:", st.TimeInPurgatory.Expired.Count,
-		"total:", time.Duration(st.TimeInPurgatory.Expired.Sum)*time.Microsecond)
+	fmt.Println("pending:", st.Pending, "expired:", st.Expired)
 	// Output:
 	// fetch: answered with 0 bytes
 	// fetch: max wait passed
-	// expired: 1 timed: 1 total: 1s
+	// pending: 0 expired: 1
 }
 
-// Quantiles of the time in purgatory, for a dashboard or a log line.
-func ExampleHistogram_Quantile() {
+// slowLog is an Observer that reports operations that waited longer than
+// limit, with how many checks they took. It keeps no state per operation.
+type slowLog struct{ limit time.Duration }
+
+func (slowLog) Parked(purgatory.Park) any { return nil }
+
+func (s slowLog) Left(_ any, d purgatory.Departure) {
+	if d.Time > s.limit {
+		fmt.Printf("slow: %v after %v and %d tries (cause: %v)\n", d.Outcome, d.Time, d.Tries, d.Cause)
+	}
+}
+
+func (slowLog) Refused(p purgatory.Park, err error) { fmt.Println("refused:", err) }
+
+// An Observer of its own: told of every park, departure and refusal.
+func ExampleWithObserver() {
 	mt := timer.NewMockTimer()
 	p, _ := purgatory.New[string, *delayedFetch]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
-		purgatory.WithTimeInPurgatory())
+		purgatory.WithMaxPending(2), purgatory.WithObserver(slowLog{limit: 100 * time.Millisecond}))
 	defer p.Shutdown(context.Background())
 
 	log := &partitionLog{}
-	for i := range 100 {
-		f := newDelayedFetch("", log, 0, 1, time.Hour)
-		f.quiet = true
-		_, _ = p.TryCompleteElseWatch(f, fmt.Sprint(i))
-	}
-	log.bytes = 1
-	for i := range 100 { // one completes each millisecond
-		mt.Advance(time.Millisecond)
-		p.CheckAndComplete(fmt.Sprint(i))
-	}
-	h := p.Stats().TimeInPurgatory.CompletedEarly
-	fmt.Println("count:", h.Count(), "mean:", h.Mean())
-	fmt.Println("p50 within a bucket of 50ms:", h.Quantile(0.5) >= 50*time.Millisecond*3/4 && h.Quantile(0.5) <= 50*time.Millisecond*5/4)
+	fast := newDelayedFetch("fast", log, 0, 10, time.Second)
+	slow := newDelayedFetch("slow", log, 0, 1000, 300*time.Millisecond)
+	fast.quiet, slow.quiet = true, true
+	_, _ = p.TryCompleteElseWatch(fast, "orders-0")
+	_, _ = p.TryCompleteElseWatch(slow, "orders-0")
+	_, _ = p.TryCompleteElseWatch(newDelayedFetch("third", log, 0, 1, time.Second), "orders-0")
+
+	mt.Advance(50 * time.Millisecond)
+	log.bytes = 20
+	p.CheckAndComplete("orders-0") // fast completes after 50ms: not slow
+	mt.Advance(250 * time.Millisecond)
 	// Output:
-	// count: 100 mean: 50.5ms
-	// p50 within a bucket of 50ms: true
+	// refused: purgatory: too many pending operations
+	// slow: expired after 300ms and 2 tries (cause: operation: timed out)
 }
 
 // memberSession expires a group member whose heartbeats stop.

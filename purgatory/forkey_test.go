@@ -42,7 +42,6 @@ func TestCompleteForKey(t *testing.T) {
 	assert.Equal(t, uint64(1), st.CompletedEarly)
 	assert.Equal(t, 1, st.Pending)
 	assert.Equal(t, 1, st.Watched, "a left x too")
-	assert.Equal(t, uint64(2), st.TimeInPurgatory.CompletedForKey.Count())
 
 	mt.Advance(2 * time.Minute)
 	assert.Equal(t, int32(1), a.Completes.Load(), "no second completion at the timeout")

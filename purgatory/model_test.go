@@ -202,8 +202,6 @@ func (m *purgatoryModel) check() {
 	want.Pending, want.Watched = delayed, watched
 	got := m.p.Stats()
 	got.Purged = 0
-	checkTimes(t, got)
-	got.TimeInPurgatory = purgatory.TimeInPurgatory{} // when the backstop purge runs is not the model's concern
 	require.Equal(t, want, got, "Stats")
 	require.Equal(t, delayed, m.p.NumDelayed(), "NumDelayed")
 	require.Equal(t, watched, m.p.Watched(), "Watched counts live entries exactly")

@@ -56,7 +56,7 @@ type config struct {
 	leavePending  bool
 	timerOpts     []timer.Option
 	maxPending    int
-	times         bool
+	observers     []Observer
 }
 
 func (c *config) validate() error {
@@ -75,6 +75,11 @@ func (c *config) validate() error {
 	if c.maxPending < 0 {
 		return errors.Join(ErrInvalidOption, errors.New("max pending must not be negative"))
 	}
+	for _, o := range c.observers {
+		if nilcheck.IsNil(o) {
+			return errors.Join(ErrInvalidOption, errors.New("WithObserver given a nil observer"))
+		}
+	}
 	return nil
 }
 
@@ -87,7 +92,7 @@ func (c *config) validate() error {
 // with a method Now() time.Duration (timer.SystemTimer and
 // timer.MockTimer do), timeouts of 800 ms or more are added 0-400 ms of
 // that clock after the park, with the deadline fixed at park, and the
-// time in purgatory is measured on it; otherwise every timeout is added at
+// time in purgatory an Observer is told is measured on it; otherwise every timeout is added at
 // park (docs/purgatory.md, "Long timeouts wait before they enter the
 // timer"). A nil t (or a typed nil)
 // makes New return ErrInvalidOption.
@@ -134,15 +139,6 @@ func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n
 // in Stats.Full. Zero, the default, means no bound; without it no shared
 // counter is touched on the request path.
 func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPending = n }) }
-
-// WithTimeInPurgatory records how long each operation stays parked, by how
-// it ends, in Stats.TimeInPurgatory. Operations are timed on the timer's
-// clock when the timer has a Now method (a timer.SystemTimer's, a
-// timer.MockTimer's in tests), else on the runtime's monotonic clock: a
-// clock read at park and one at completion, two atomic adds, and 8 bytes
-// more on the operation's Handle. BenchmarkTimeInPurgatory measures its
-// cost; it is off by default, and costs nothing then.
-func WithTimeInPurgatory() Option { return optionFunc(func(c *config) { c.times = true }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending
 // operations are left as they are, neither completed nor expired. The

@@ -29,10 +29,13 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
+	// obs tells the Observers given to WithObserver; nil without any.
+	obs *observing[K, T]
 	// now reads the timer's clock when the timer reports it (a Now
 	// method), else the runtime's monotonic clock since New: the clock
 	// the time in purgatory is measured on, and held timeouts' deadlines
-	// are fixed on. A park reads it only when it needs it.
+	// are fixed on. A park reads it only when it needs it: with an
+	// Observer, or to hold a long timeout back.
 	now func() int64
 	// deferred holds long timeouts back (deferral.go); nil when the timer
 	// does not report its clock, or there is no timer.
@@ -64,11 +67,13 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	stopped  chan struct{} // closed when the reaper and the timer have stopped
 }
 
-// Stats are a purgatory's counters. Stats() reads each atomically; the set
-// is not one snapshot, but once nothing is in flight the figures agree:
-// every operation accepted by TryCompleteElseWatch is either Pending or
-// counted once in CompletedEarly, Expired, ContextDone, Shutdown,
-// CompletedForKey or Cancelled.
+// Stats are a purgatory's counters: plain values, cheap to copy. Stats()
+// reads each atomically; the set is not one snapshot, but once nothing is
+// in flight the figures agree: every operation accepted by
+// TryCompleteElseWatch is either Pending or counted once in
+// CompletedEarly, Expired, ContextDone, Shutdown, CompletedForKey or
+// Cancelled. How long operations stayed is an Observer's business
+// (package purgatory/timing).
 type Stats struct {
 	Pending        int    // operations parked and not completed: NumDelayed
 	Watched        int    // watch entries of pending operations: Watched
@@ -81,13 +86,7 @@ type Stats struct {
 	Cancelled       uint64 // taken out by CancelForKey
 	Purged          uint64 // dead watch entries removed by the backstop purge
 	Full            uint64 // refused with ErrFull (WithMaxPending)
-	Panics          uint64 // recovered panics in TryComplete, OnComplete, OnExpiration
-
-	// TimeInPurgatory is how long operations were parked, by how they
-	// completed, with WithTimeInPurgatory (empty without). It is measured
-	// on the purgatory's timer's clock (a MockTimer's, in tests) or, for
-	// other timers, the system's.
-	TimeInPurgatory TimeInPurgatory
+	Panics          uint64 // recovered panics in TryComplete, OnComplete, OnExpiration, observers and expiry
 }
 
 // New returns a purgatory named name. Unless told otherwise it creates a
@@ -162,8 +161,9 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	if timerClock {
 		p.deferred = newDeferral(p.timer, p.settleAdd)
 	}
-	if c.times {
-		p.tracker.Now = p.now
+	if len(c.observers) > 0 {
+		p.obs = &observing[K, T]{p: p, obs: slices.Clone(c.observers)}
+		p.tracker.Obs = p.obs
 	}
 	if c.noReaper {
 		close(p.reaped)
@@ -216,6 +216,9 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		return false, errors.Join(ErrNotInitialised, operation.ErrNotInitialised)
 	}
 	if p.closed.Load() {
+		if p.obs != nil {
+			p.obs.refused(o, len(keys), ErrShutdown)
+		}
 		return false, ErrShutdown
 	}
 	if len(keys) > operation.MaxKeys {
@@ -229,6 +232,9 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	if !p.tracker.Reserve() {
 		p.full.Add(1)
+		if p.obs != nil {
+			p.obs.refused(o, len(keys), ErrFull)
+		}
 		return false, ErrFull
 	}
 	l, ok := lifecycle.LockForPark(o)
@@ -259,7 +265,7 @@ func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []in
 			// A ForceComplete from a goroutine that did not hold the lock
 			// came first. The call that accepted op reported it parked:
 			// count it as an early completion, as if it had been.
-			p.tracker.CountUnparked(o)
+			p.tracker.CountUnparked(o, len(held))
 		default:
 			// A second park of op, racing with this one.
 			p.logger.Error("purgatory: deferred park refused", "purgatory", p.name,
@@ -280,7 +286,7 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	// with its deadline fixed now, on the timer's clock.
 	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
 	var now int64
-	if hold || p.tracker.Now != nil {
+	if hold || p.obs != nil {
 		now = p.now()
 	}
 	h, ok := lifecycle.Park(o, &p.tracker, now, hold, len(keys))
@@ -529,12 +535,7 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 // Stats returns the purgatory's counters.
 func (p *Purgatory[K, T]) Stats() Stats {
 	c := p.tracker.Counts()
-	var tip TimeInPurgatory
-	for k, h := range []*Histogram{&tip.CompletedEarly, &tip.Expired, &tip.ContextDone, &tip.Shutdown, &tip.CompletedForKey} {
-		p.tracker.Times(lifecycle.Kind(k), &h.s)
-	}
 	return Stats{
-		TimeInPurgatory: tip,
 		Pending:         int(max(c.Pending, 0)),
 		Watched:         int(max(c.Watched, 0)),
 		CompletedEarly:  c.Done[lifecycle.Early],

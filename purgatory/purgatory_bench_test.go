@@ -12,6 +12,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // benchOp is the smallest useful operation: Base and a flag.
@@ -109,11 +110,12 @@ func BenchmarkWatchAndComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkTimeInPurgatory is what WithTimeInPurgatory costs per
-// operation parked and completed. The machine's speed drifts between runs
-// by more than that cost, and a garbage collection lands on whatever runs
+// BenchmarkObserver is what an observer costs per operation parked and
+// completed: a timing.Recorder, the time-in-purgatory histograms, against
+// no observer at all. The machine's speed drifts between runs by more
+// than that cost, and a garbage collection lands on whatever runs
 // meanwhile, so one run alternates blocks of 500 requests between a
-// purgatory with the histograms and one without (each with 100,000
+// purgatory with the observer and one without (each with 100,000
 // operations pending) and reports the median time per request of each
 // one's blocks, and the median ratio of adjacent blocks.
 //
@@ -121,9 +123,9 @@ func BenchmarkWatchAndComplete(b *testing.B) {
 // park, its cache lines still at hand. Delayed, as in perf run C, each
 // request is parked on three keys of 100 and ForceComplete completes the
 // one parked 50,000 requests earlier, whose lines have gone cold.
-func BenchmarkTimeInPurgatory(b *testing.B) {
+func BenchmarkObserver(b *testing.B) {
 	b.Run("completion=at-once", func(b *testing.B) {
-		benchTimeInPurgatory(b, func(p *purgatory.Purgatory[tpKey, *benchOp], _ int, i int32) {
+		benchObserver(b, func(p *purgatory.Purgatory[tpKey, *benchOp], _ int, i int32) {
 			watchAndComplete(b, p, 0, i)
 		})
 	})
@@ -131,7 +133,7 @@ func BenchmarkTimeInPurgatory(b *testing.B) {
 		const lag = 50_000
 		var rings [2][lag]*benchOp
 		r := rand.New(rand.NewPCG(7, 7))
-		benchTimeInPurgatory(b, func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32) {
+		benchObserver(b, func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32) {
 			o := newBenchOp(30 * time.Second)
 			if done, err := p.TryCompleteElseWatch(o, tpKey{Topic: "c", Partition: r.Int32N(100)},
 				tpKey{Topic: "c", Partition: r.Int32N(100)}, tpKey{Topic: "c", Partition: r.Int32N(100)}); err != nil || done {
@@ -146,12 +148,13 @@ func BenchmarkTimeInPurgatory(b *testing.B) {
 	})
 }
 
-// benchTimeInPurgatory runs step for request i on the purgatory with the
-// histograms (which 1) or the one without (which 0), in alternating blocks.
-func benchTimeInPurgatory(b *testing.B, step func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32)) {
+// benchObserver runs step for request i on the purgatory with a
+// timing.Recorder (which 1) or the one without (which 0), in alternating
+// blocks.
+func benchObserver(b *testing.B, step func(p *purgatory.Purgatory[tpKey, *benchOp], which int, i int32)) {
 	ps := [2]*purgatory.Purgatory[tpKey, *benchOp]{
 		newBenchPurgatory(b, 100_000),
-		newBenchPurgatory(b, 100_000, purgatory.WithTimeInPurgatory()),
+		newBenchPurgatory(b, 100_000, purgatory.WithObserver(new(timing.Recorder))),
 	}
 	const block = 500
 	var blocks [2][]time.Duration

@@ -30,14 +30,19 @@ func newOp(timeout time.Duration, opts ...operation.InitOption) *mockOp {
 type pg = purgatory.Purgatory[string, *mockOp]
 
 // newMockPurgatory returns a purgatory on a MockTimer with no reaper, shut
-// down when the test ends.
+// down when the test ends. An observer (tally) is told of everything it
+// does, and once it is shut down, must agree with its Stats.
 func newMockPurgatory(t *testing.T, opts ...purgatory.Option) (*pg, *timer.MockTimer) {
 	t.Helper()
 	mt := timer.NewMockTimer()
+	y := new(tally)
 	p, err := purgatory.New[string, *mockOp]("mock", append([]purgatory.Option{purgatory.WithTimer(mt),
-		purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory()}, opts...)...)
+		purgatory.WithoutReaper(), purgatory.WithObserver(y)}, opts...)...)
 	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
+	t.Cleanup(func() {
+		assert.NoError(t, p.Shutdown(context.Background()))
+		checkTally(t, p.Stats(), y, 0)
+	})
 	return p, mt
 }
 

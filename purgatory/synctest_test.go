@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // A purgatory made with default options (its own timer and reaper) inside
@@ -22,7 +23,8 @@ import (
 func TestDefaultPurgatoryInsideSynctest(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		p, err := purgatory.New[string, *mockOp]("bubble", purgatory.WithTimeInPurgatory())
+		var times timing.Recorder
+		p, err := purgatory.New[string, *mockOp]("bubble", purgatory.WithObserver(&times))
 		require.NoError(t, err)
 		start := time.Now()
 
@@ -61,8 +63,9 @@ func TestDefaultPurgatoryInsideSynctest(t *testing.T) {
 		st := p.Stats()
 		assert.Equal(t, uint64(2), st.Expired)
 		assert.Equal(t, uint64(1), st.CompletedEarly)
-		assert.Equal(t, uint64(2), st.TimeInPurgatory.Expired.Count())
-		assert.Equal(t, 30*time.Second+50*time.Millisecond, st.TimeInPurgatory.Expired.Sum(),
+		tip := times.Snapshot()
+		assert.Equal(t, uint64(2), tip.Expired.Count())
+		assert.Equal(t, 30*time.Second+50*time.Millisecond, tip.Expired.Sum(),
 			"times measured on the bubble's clock")
 
 		parked := newOp(time.Hour)

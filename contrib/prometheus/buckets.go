@@ -3,7 +3,7 @@ package purgatoryprom
 import (
 	"time"
 
-	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // Option configures a Collector.
@@ -28,6 +28,21 @@ type config struct {
 func WithBuckets(bounds ...time.Duration) Option {
 	bounds = append([]time.Duration(nil), bounds...) // the caller may reuse its slice
 	return optionFunc(func(c *config) { c.bounds = bounds })
+}
+
+// AddOption configures what Collector.Add reports of a purgatory.
+type AddOption interface{ applyAdd(*source) }
+
+type addOptionFunc func(*source)
+
+func (f addOptionFunc) applyAdd(s *source) { f(s) }
+
+// WithTimes has Add export r's histograms as
+// purgatory_time_in_purgatory_seconds, by outcome: r is the
+// timing.Recorder given to the purgatory's WithObserver. Without it, the
+// purgatory has no histogram series. A nil r is ignored.
+func WithTimes(r *timing.Recorder) AddOption {
+	return addOptionFunc(func(s *source) { s.times = r })
 }
 
 // DefaultBuckets returns the bounds a Collector uses unless told
@@ -65,7 +80,7 @@ func newBuckets(bounds []time.Duration) buckets {
 // library buckets that end at or below it, and h's count. The count is
 // summed from the same buckets rather than read with Count, so that the
 // +Inf bucket always agrees with the others.
-func (b *buckets) cumulative(h *purgatory.Histogram) (map[float64]uint64, uint64) {
+func (b *buckets) cumulative(h *timing.Histogram) (map[float64]uint64, uint64) {
 	cum := make(map[float64]uint64, len(b.bounds))
 	var total uint64
 	j := 0

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // Errors returned by Add. Check them with [errors.Is].
@@ -42,7 +43,13 @@ type Collector struct {
 	buckets         buckets
 
 	mu      sync.RWMutex
-	sources map[string]Source // guarded by mu; nil until NewCollector
+	sources map[string]source // guarded by mu; nil until NewCollector
+}
+
+// source is a purgatory added, and the Recorder that times it, if any.
+type source struct {
+	stats Source
+	times *timing.Recorder
 }
 
 // counter is one of the Stats counters and how to read it.
@@ -77,7 +84,7 @@ func NewCollector(opts ...Option) *Collector {
 				"(the purgatory's share of Kafka's request metric RemoteTimeMs).",
 			[]string{"purgatory", "outcome"}, nil),
 		buckets: b,
-		sources: make(map[string]Source),
+		sources: make(map[string]source),
 	}
 	c.counters = []counter{
 		{desc("purgatory_expires_total",
@@ -113,11 +120,16 @@ func NewCollector(opts ...Option) *Collector {
 }
 
 // Add makes the collector report s, labelled purgatory=name, from the next
-// scrape on. It returns ErrDuplicateName if name is already added,
-// ErrInvalidName if it is empty or not valid UTF-8, and ErrNilSource for
-// a nil s; then nothing changes.
-func (c *Collector) Add(name string, s Source) error {
+// scrape on: its Stats, and with WithTimes its time in purgatory. It
+// returns ErrDuplicateName if name is already added, ErrInvalidName if it
+// is empty or not valid UTF-8, and ErrNilSource for a nil s; then nothing
+// changes.
+func (c *Collector) Add(name string, s Source, opts ...AddOption) error {
 	c.mustBeMade()
+	src := source{stats: s}
+	for _, o := range opts {
+		o.applyAdd(&src)
+	}
 	switch {
 	case name == "" || !utf8.ValidString(name):
 		return ErrInvalidName
@@ -129,7 +141,7 @@ func (c *Collector) Add(name string, s Source) error {
 	if _, ok := c.sources[name]; ok {
 		return ErrDuplicateName
 	}
-	c.sources[name] = s
+	c.sources[name] = src
 	return nil
 }
 
@@ -161,11 +173,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // once and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// Copy the sources out, then read them unlocked: Stats sums striped
-	// counters and four histograms, and an Add or Remove should not wait
+	// counters, a Snapshot five histograms, and an Add or Remove should not wait
 	// for that, nor for the registry to drain ch.
 	type named struct {
 		name string
-		src  Source
+		src  source
 	}
 	c.mu.RLock()
 	srcs := make([]named, 0, len(c.sources))
@@ -175,16 +187,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.RUnlock()
 
 	for _, n := range srcs {
-		st := n.src.Stats()
+		st := n.src.stats.Stats()
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(st.Watched), n.name)
 		ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(st.Pending), n.name)
 		for _, k := range c.counters {
 			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(&st)), n.name)
 		}
+		if n.src.times == nil {
+			continue
+		}
 		// The outcome label is the library's name for each histogram. Every
 		// outcome is sent, even when empty, so that its series exist from
 		// the first scrape and rate() has a starting point.
-		for outcome, h := range st.TimeInPurgatory.All() {
+		tip := n.src.times.Snapshot()
+		for outcome, h := range tip.All() {
 			cum, count := c.buckets.cumulative(h)
 			ch <- prometheus.MustNewConstHistogram(c.timeInPurgatory, count, h.SumSeconds(), cum, n.name, outcome)
 		}

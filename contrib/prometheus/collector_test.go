@@ -18,6 +18,7 @@ import (
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -55,24 +56,34 @@ func (o *testOp) OnExpiration() {}
 
 var discard = slog.New(slog.DiscardHandler)
 
+// timedPurgatory is a purgatory and the timing.Recorder that observes it.
+type timedPurgatory struct {
+	*purgatory.Purgatory[string, *testOp]
+	times *timing.Recorder
+}
+
+// timed is the option that has Collector.Add export p's times.
+func (p *timedPurgatory) timed() purgatoryprom.AddOption { return purgatoryprom.WithTimes(p.times) }
+
 // newPurgatory returns a purgatory on a MockTimer with no reaper, so that
-// time moves only with mt.Advance and durations in purgatory are exact. It
-// is shut down when the test ends.
-func newPurgatory(t *testing.T, name string, opts ...purgatory.Option) (*purgatory.Purgatory[string, *testOp], *timer.MockTimer) {
+// time moves only with mt.Advance and durations in purgatory are exact,
+// timed by a Recorder. It is shut down when the test ends.
+func newPurgatory(t *testing.T, name string, opts ...purgatory.Option) (*timedPurgatory, *timer.MockTimer) {
 	t.Helper()
 	mt := timer.NewMockTimer()
+	times := new(timing.Recorder)
 	opts = append([]purgatory.Option{
 		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithLogger(discard),
-		purgatory.WithTimeInPurgatory(),
+		purgatory.WithObserver(times),
 	}, opts...)
 	p, err := purgatory.New[string, *testOp](name, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
-	return p, mt
+	return &timedPurgatory{p, times}, mt
 }
 
 // park parks op, which must not complete at once.
-func park(t *testing.T, p *purgatory.Purgatory[string, *testOp], op *testOp, keys ...string) {
+func park(t *testing.T, p *timedPurgatory, op *testOp, keys ...string) {
 	t.Helper()
 	done, err := p.TryCompleteElseWatch(op, keys...)
 	require.NoError(t, err)
@@ -80,7 +91,7 @@ func park(t *testing.T, p *purgatory.Purgatory[string, *testOp], op *testOp, key
 }
 
 // complete marks op ready and checks key, which must complete it.
-func complete(t *testing.T, p *purgatory.Purgatory[string, *testOp], op *testOp, key string) {
+func complete(t *testing.T, p *timedPurgatory, op *testOp, key string) {
 	t.Helper()
 	op.ready.Store(true)
 	require.Equal(t, 1, p.CheckAndComplete(key))
@@ -97,7 +108,7 @@ type outcomeDurations map[string][]time.Duration
 // 3 early completions (0, 10ms, 20ms), 1 expiry (100ms), 1 context end
 // (8ms), 1 cancel, 2 purged entries, 1 refusal and 1 panic. Fetch has
 // been shut down with two operations pending (50ms each).
-func exercise(t *testing.T) (produce, fetch *purgatory.Purgatory[string, *testOp], want outcomeDurations) {
+func exercise(t *testing.T) (produce, fetch *timedPurgatory, want outcomeDurations) {
 	produce, mt := newPurgatory(t, "Produce", purgatory.WithMaxPending(3), purgatory.WithPurgeInterval(0))
 
 	// t=0: one completes inside TryCompleteElseWatch, in no time.
@@ -166,8 +177,8 @@ func exercise(t *testing.T) (produce, fetch *purgatory.Purgatory[string, *testOp
 func TestCollectorExportsStats(t *testing.T) {
 	produce, fetch, _ := exercise(t)
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("Produce", produce))
-	require.NoError(t, c.Add("Fetch", fetch))
+	require.NoError(t, c.Add("Produce", produce, produce.timed()))
+	require.NoError(t, c.Add("Fetch", fetch, fetch.timed()))
 
 	const want = `
 # HELP purgatory_size Watch entries of pending operations, one for each key an operation watches (Kafka's PurgatorySize; Kafka's also counts completed operations until a purge).
@@ -251,8 +262,8 @@ func histograms(t *testing.T, c prometheus.Collector) map[string]*dto.Histogram 
 func TestHistogramCountsAreExact(t *testing.T) {
 	produce, fetch, want := exercise(t)
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("Produce", produce))
-	require.NoError(t, c.Add("Fetch", fetch))
+	require.NoError(t, c.Add("Produce", produce, produce.timed()))
+	require.NoError(t, c.Add("Fetch", fetch, fetch.timed()))
 
 	bounds := purgatoryprom.DefaultBuckets()
 	require.Len(t, bounds, 25)
@@ -318,7 +329,7 @@ func TestWithBucketsCountsWholeLibraryBuckets(t *testing.T) {
 	bounds := []time.Duration{time.Millisecond, 10 * time.Millisecond, 1 << 24, 50 * time.Millisecond}
 	c := purgatoryprom.NewCollector(purgatoryprom.WithBuckets(bounds...))
 	bounds[0] = time.Hour // WithBuckets took a copy
-	require.NoError(t, c.Add("Produce", p))
+	require.NoError(t, c.Add("Produce", p, p.timed()))
 
 	const want = `
 # HELP purgatory_time_in_purgatory_seconds Time operations spent parked, from TryCompleteElseWatch to completion, by outcome: early, expired, context, shutdown or for_key (the purgatory's share of Kafka's request metric RemoteTimeMs).
@@ -369,12 +380,30 @@ func TestWithNoBucketsKeepsCountAndSum(t *testing.T) {
 	mt.Advance(300 * time.Millisecond)
 
 	c := purgatoryprom.NewCollector(purgatoryprom.WithBuckets())
-	require.NoError(t, c.Add("Fetch", p))
+	require.NoError(t, c.Add("Fetch", p, p.timed()))
 	h := histograms(t, c)["Fetch/expired"]
 	require.NotNil(t, h)
 	assert.Empty(t, h.GetBucket())
 	assert.EqualValues(t, 1, h.GetSampleCount())
 	assert.Equal(t, 0.3, h.GetSampleSum())
+}
+
+// A purgatory added without WithTimes has its gauges and counters and no
+// histogram series: nothing timed it. Beside it, a timed one has all five.
+func TestWithoutTimesNoHistogram(t *testing.T) {
+	p, mt := newPurgatory(t, "Fetch")
+	park(t, p, newOp(300*time.Millisecond), "k")
+	mt.Advance(300 * time.Millisecond)
+	q, _ := newPurgatory(t, "Produce")
+
+	c := purgatoryprom.NewCollector()
+	require.NoError(t, c.Add("Fetch", p.Purgatory))
+	require.NoError(t, c.Add("Produce", q, q.timed()))
+	h := histograms(t, c)
+	assert.Len(t, h, 5, "Produce's five outcomes only")
+	assert.Nil(t, h["Fetch/expired"])
+	assert.NotNil(t, h["Produce/expired"])
+	assert.Equal(t, 2, testutil.CollectAndCount(c, "purgatory_expires_total"))
 }
 
 // Bounds that are not positive and strictly increasing are a programming
@@ -398,8 +427,8 @@ func TestWithBucketsRejectsBadBounds(t *testing.T) {
 func TestCollectAndLint(t *testing.T) {
 	produce, fetch, _ := exercise(t)
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("Produce", produce))
-	require.NoError(t, c.Add("Fetch", fetch))
+	require.NoError(t, c.Add("Produce", produce, produce.timed()))
+	require.NoError(t, c.Add("Fetch", fetch, fetch.timed()))
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
@@ -411,7 +440,7 @@ func TestCollectAndLint(t *testing.T) {
 func TestAddRefusesBadNamesAndSources(t *testing.T) {
 	p, _ := newPurgatory(t, "Produce")
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("Produce", p))
+	require.NoError(t, c.Add("Produce", p, p.timed()))
 
 	assert.ErrorIs(t, c.Add("Produce", p), purgatoryprom.ErrDuplicateName)
 	assert.ErrorIs(t, c.Add("", p), purgatoryprom.ErrInvalidName)
@@ -435,8 +464,8 @@ func TestAddAndRemoveAfterRegistration(t *testing.T) {
 		return n
 	}
 	assert.Equal(t, 0, count(), "nothing added yet")
-	require.NoError(t, c.Add("Produce", produce))
-	require.NoError(t, c.Add("Fetch", fetch))
+	require.NoError(t, c.Add("Produce", produce, produce.timed()))
+	require.NoError(t, c.Add("Fetch", fetch, fetch.timed()))
 	assert.Equal(t, 2, count())
 
 	assert.True(t, c.Remove("Produce"))
@@ -478,11 +507,11 @@ func TestSumSurvivesInt64Overflow(t *testing.T) {
 	}
 	mt.Advance(1 << 62)
 	require.Equal(t, uint64(3), p.Stats().Expired)
-	h := p.Stats().TimeInPurgatory.Expired
+	h := p.times.Snapshot().Expired
 	require.Equal(t, time.Duration(math.MaxInt64), h.Sum(), "a Duration saturates")
 
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("Fetch", p))
+	require.NoError(t, c.Add("Fetch", p, p.timed()))
 	got := histograms(t, c)["Fetch/expired"]
 	require.NotNil(t, got)
 	assert.EqualValues(t, 3, got.GetSampleCount())

@@ -17,6 +17,7 @@ import (
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // scrape gathers reg and returns, for the purgatory named name, each
@@ -63,8 +64,9 @@ func scrape(reg prometheus.Gatherer, name string) (map[string]float64, error) {
 // what the workers did exactly, and each outcome's histogram counts the
 // same operations as its counter.
 func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
+	times := new(timing.Recorder)
 	p, err := purgatory.New[int, *testOp]("hammer", purgatory.WithLogger(discard),
-		purgatory.WithPurgeInterval(10), purgatory.WithMaxPending(200), purgatory.WithTimeInPurgatory())
+		purgatory.WithPurgeInterval(10), purgatory.WithMaxPending(200), purgatory.WithObserver(times))
 	require.NoError(t, err)
 	stopped := false
 	defer func() {
@@ -73,7 +75,7 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 		}
 	}()
 	c := purgatoryprom.NewCollector()
-	require.NoError(t, c.Add("hammer", p))
+	require.NoError(t, c.Add("hammer", p, purgatoryprom.WithTimes(times)))
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 
@@ -157,7 +159,7 @@ func TestConcurrentScrapesWhileOperationsMove(t *testing.T) {
 	go func() {
 		defer bg.Done() // a second name for the same purgatory comes and goes
 		for {
-			assert.NoError(t, c.Add("again", p))
+			assert.NoError(t, c.Add("again", p, purgatoryprom.WithTimes(times)))
 			assert.True(t, c.Remove("again"))
 			select {
 			case <-done:

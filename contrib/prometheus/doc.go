@@ -11,11 +11,17 @@
 // # Usage
 //
 // Create one [Collector], add each purgatory under the name its metrics
-// are labelled with, and register the collector:
+// are labelled with, and register the collector. The time-in-purgatory
+// histograms come from a timing.Recorder (package
+// github.com/purgatory-go/purgatory/purgatory/timing) installed on the
+// purgatory as its observer, and handed to Add with [WithTimes]:
 //
+//	var produceTimes timing.Recorder
+//	produce, err := purgatory.New[K, T]("Produce", purgatory.WithObserver(&produceTimes))
+//	...
 //	c := purgatoryprom.NewCollector()
-//	if err := c.Add("Produce", produce); err != nil { ... }
-//	if err := c.Add("Fetch", fetch); err != nil { ... }
+//	if err := c.Add("Produce", produce, purgatoryprom.WithTimes(&produceTimes)); err != nil { ... }
+//	if err := c.Add("Fetch", fetch); err != nil { ... } // counters and gauges only
 //	prometheus.MustRegister(c)
 //
 // Purgatories may be added and removed at any time, before or after
@@ -44,12 +50,13 @@
 //	purgatory_purged_total               counter    Stats.Purged
 //	purgatory_panics_total               counter    Stats.Panics
 //	purgatory_full_total                 counter    Stats.Full
-//	purgatory_time_in_purgatory_seconds  histogram  Stats.TimeInPurgatory, label outcome
+//	purgatory_time_in_purgatory_seconds  histogram  timing.Recorder's Snapshot, label outcome
 //
-// The histogram's outcome label is early, expired, context or shutdown,
-// one for each of TimeInPurgatory's histograms. Cancelled operations are
-// not timed. The histogram is empty unless the purgatory was created with
-// purgatory.WithTimeInPurgatory(), which costs a clock read per completion.
+// The histogram's outcome label is early, expired, context, shutdown or
+// for_key, one for each of timing.TimeInPurgatory's histograms. Cancelled
+// operations are not timed. A purgatory added without WithTimes has no
+// histogram series; the Recorder costs a clock read at each park and
+// completion, which a purgatory without an observer does not make.
 //
 // # Histogram buckets
 //
@@ -75,7 +82,7 @@
 //     not in the bucket whose le is that bound as Prometheus would have
 //     it. With nanosecond durations this is rarely visible outside tests.
 //
-// The _sum is Histogram.SumSeconds: the library keeps the sum in
+// The _sum is timing.Histogram.SumSeconds: the library keeps the sum in
 // microseconds, each duration rounded, which lasts 584,000 years of
 // accumulated time in purgatory (58 years of 20,000 fetches a second each
 // waiting 500ms).

@@ -14,6 +14,7 @@ import (
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -37,15 +38,16 @@ func (p *delayedProduce) OnExpiration() {}
 // Registering the collector, and what a scrape of it holds.
 func Example() {
 	mt := timer.NewMockTimer() // deterministic time for the example
+	var times timing.Recorder  // the time-in-purgatory histograms
 	produce, err := purgatory.New[string, *delayedProduce]("Produce",
-		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithObserver(&times))
 	if err != nil {
 		panic(err)
 	}
 	defer produce.Shutdown(context.Background())
 
 	c := purgatoryprom.NewCollector()
-	if err := c.Add("Produce", produce); err != nil {
+	if err := c.Add("Produce", produce, purgatoryprom.WithTimes(&times)); err != nil {
 		panic(err)
 	}
 	reg := prometheus.NewRegistry()

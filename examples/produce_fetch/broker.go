@@ -14,6 +14,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -84,6 +85,8 @@ type Broker struct {
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
 	groups     *Coordinator // consumer groups and their offsets (groups.go)
+	// produceTimes and fetchTimes time the two purgatories' operations.
+	produceTimes, fetchTimes *timing.Recorder
 
 	lagMax     time.Duration
 	isrShrinks atomic.Int64
@@ -118,6 +121,8 @@ type BrokerConfig struct {
 	// Groups configures the group coordinator; its Timer defaults to
 	// Timer.
 	Groups GroupConfig
+	// Trace traces parked produces (trace.go).
+	Trace bool
 }
 
 // replicaMaxWait is how long a follower's fetch waits in the fetch
@@ -139,7 +144,12 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		seen[t] = true
 	}
 	// The demo prints, and /metrics exports, how long requests stay parked.
-	popts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
+	produceTimes, fetchTimes := new(timing.Recorder), new(timing.Recorder)
+	popts, err := produceObservers(c.Trace)
+	if err != nil {
+		return nil, err
+	}
+	popts = append(popts, purgatory.WithObserver(produceTimes))
 	if c.Timer != nil {
 		popts = append(popts, purgatory.WithTimer(c.Timer), purgatory.WithoutReaper())
 	}
@@ -147,7 +157,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	fopts := []purgatory.Option{purgatory.WithTimeInPurgatory()}
+	fopts := []purgatory.Option{purgatory.WithObserver(fetchTimes)}
 	if c.Timer != nil {
 		// Both purgatories share the test's timer; only one may close it.
 		fopts = append(fopts, purgatory.WithTimer(sharedTimer{c.Timer}), purgatory.WithoutReaper())
@@ -175,6 +185,7 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		lagMax:     c.ReplicaLagMax,
 		stop:       make(chan struct{}),
 	}
+	b.produceTimes, b.fetchTimes = produceTimes, fetchTimes
 	now := time.Now()
 	for _, topic := range c.Topics {
 		for i := range c.Partitions {

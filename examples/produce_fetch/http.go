@@ -310,8 +310,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // metrics beside them.
 func metricsHandler(b *Broker) http.Handler {
 	c := purgatoryprom.NewCollector()
-	_ = c.Add("Produce", b.produce) // the names are fixed and distinct
-	_ = c.Add("Fetch", b.fetch)
+	_ = c.Add("Produce", b.produce, purgatoryprom.WithTimes(b.produceTimes)) // the names are fixed and distinct
+	_ = c.Add("Fetch", b.fetch, purgatoryprom.WithTimes(b.fetchTimes))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector())
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -47,7 +47,17 @@ func main() {
 		"with -kafka: the shortest session timeout a group member may ask for (Kafka's group.min.session.timeout.ms)")
 	flag.DurationVar(&c.Groups.MaxSessionTimeout, "group-max-session-timeout", 30*time.Minute,
 		"with -kafka: the longest session timeout a group member may ask for (Kafka's group.max.session.timeout.ms)")
+	flag.BoolVar(&c.Trace, "trace", false, "scenario: trace produce requests and their wait in the purgatory, as JSON on stderr (OpenTelemetry's stdout exporter)")
+	traceRatio := flag.Float64("trace-ratio", 0.001, "with -trace: the share of produce requests traced")
 	flag.Parse()
+	if c.Trace {
+		stop, err := startTracing(os.Stderr, *traceRatio)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "produce_fetch:", err)
+			os.Exit(1)
+		}
+		defer stop() // main returns normally after the scenario; os.Exit paths lose only traces
+	}
 	c.Topics = strings.Split(topics, ",")
 	if c.ProduceRate <= 0 || c.Duration <= 0 || c.ProduceTimeout <= 0 || c.MaxWait < 0 || c.SlowLag < 0 ||
 		c.Groups.InitialRebalanceDelay < 0 || c.Groups.MinSessionTimeout <= 0 || c.Groups.MaxSessionTimeout < c.Groups.MinSessionTimeout {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,6 +25,9 @@ type ProduceRequest struct {
 	Partitions []ProducePartition // each partition at most once
 	Acks       int
 	Timeout    time.Duration
+	// Ctx, if set, is the request's context: the parent of its wait's span
+	// (-trace), and, should it end, the end of the wait.
+	Ctx context.Context
 }
 
 // ProduceFunc appends the batches and calls respond once with the answer:
@@ -60,7 +64,7 @@ func (b *Broker) ProduceFunc(req ProduceRequest, respond func(ProduceResponse)) 
 			waiting = true
 		}
 	}
-	d.Init(d, req.Timeout)
+	d.Init(d, req.Timeout, withContext(req.Ctx)...)
 	d.refused = closing
 	if req.Acks != -1 || !waiting {
 		// Nothing to wait for: answer with the leader's offsets.

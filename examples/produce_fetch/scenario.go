@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -28,6 +29,7 @@ type ScenarioConfig struct {
 	MinBytes       int64
 	ReplicaLagMax  time.Duration // see BrokerConfig; 0 keeps followers in sync
 	Groups         GroupConfig   // the group coordinator's, for -kafka
+	Trace          bool          // trace the produces (-trace)
 	Progress       io.Writer     // progress display; nil for none
 	// ProgressLive redraws one line in place with \r, for a terminal;
 	// otherwise a plain line is written every ProgressEvery [1s].
@@ -41,6 +43,9 @@ type Summary struct {
 	ProduceStats        purgatory.Stats
 	FetchStats          purgatory.Stats
 	ExpiredWithTimedOut int // expired produces whose response had REQUEST_TIMED_OUT
+
+	// ProduceTimes and FetchTimes are how long requests stayed parked.
+	ProduceTimes, FetchTimes timing.TimeInPurgatory
 }
 
 // kindSummary counts one kind of request by how it was answered: completed
@@ -90,7 +95,7 @@ func (r *recorder) summary() kindSummary {
 // partition, lagging SlowLag.
 func (c ScenarioConfig) newBroker() (*Broker, error) {
 	b, err := NewBroker(BrokerConfig{Topics: c.Topics, Partitions: c.Partitions, Replicas: c.Replicas, Lag: c.Lag,
-		ReplicaLagMax: c.ReplicaLagMax, Groups: c.Groups})
+		ReplicaLagMax: c.ReplicaLagMax, Groups: c.Groups, Trace: c.Trace})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +141,10 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				ctx, span := startProduceSpan(c.Trace)
+				req.Ctx = ctx
 				resp := <-b.Produce(req)
+				span.End()
 				prod.add(resp.Latency, resp.Expired, resp.Refused)
 				for _, r := range resp.Partitions {
 					if resp.Expired && r.Err == errRequestTimedOut {
@@ -210,6 +218,7 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 	pwg.Wait()
 	st := b.Stats()
 	return Summary{Produce: prod.summary(), Fetch: fetch.summary(), ProduceStats: st.Produce, FetchStats: st.Fetch,
+		ProduceTimes: b.produceTimes.Snapshot(), FetchTimes: b.fetchTimes.Snapshot(),
 		ExpiredWithTimedOut: int(timedOut.Load())}, closeErr
 }
 
@@ -225,7 +234,7 @@ func (s Summary) Print(w io.Writer) {
 			r.k.P50.Round(10*time.Microsecond), r.k.P99.Round(10*time.Microsecond), r.k.Max.Round(10*time.Microsecond))
 	}
 	tw.Flush()
-	printTimeInPurgatory(w, s.ProduceStats, s.FetchStats)
+	printTimeInPurgatory(w, s.ProduceTimes, s.FetchTimes)
 	for _, p := range []struct {
 		name string
 		st   purgatory.Stats
@@ -236,18 +245,18 @@ func (s Summary) Print(w io.Writer) {
 }
 
 // printTimeInPurgatory writes the library's own measure of how long
-// requests were parked (Stats.TimeInPurgatory), by how they completed.
-func printTimeInPurgatory(w io.Writer, produce, fetch purgatory.Stats) {
+// requests were parked (a timing.Recorder's), by how they completed.
+func printTimeInPurgatory(w io.Writer, produce, fetch timing.TimeInPurgatory) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "time in purgatory	completed	n	p50	p90	p99	p99.9	")
 	for _, p := range []struct {
 		name string
-		st   purgatory.Stats
+		tip  timing.TimeInPurgatory
 	}{{"produce", produce}, {"fetch", fetch}} {
-		tip := p.st.TimeInPurgatory
+		tip := p.tip
 		for _, h := range []struct {
 			how string
-			h   *purgatory.Histogram
+			h   *timing.Histogram
 		}{{"early", &tip.CompletedEarly}, {"expired", &tip.Expired}, {"at shutdown", &tip.Shutdown}} {
 			if h.h.Count() == 0 {
 				continue

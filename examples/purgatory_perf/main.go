@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&c.size, "size", 0, "bytes of payload each request carries")
 	flag.StringVar(&c.impl, "impl", "purgatory", "purgatory, naive, or floor (the workload's own cost: no watch lists, a timer only for requests that will expire)")
 	flag.IntVar(&executors, "executors", 0, "purgatory: goroutines running expired operations (0: the reaper runs them, the purgatory's default)")
-	flag.BoolVar(&timeInPurgatory, "times", false, "purgatory: record the time in purgatory (purgatory.WithTimeInPurgatory)")
+	flag.BoolVar(&timeInPurgatory, "times", false, "purgatory: record the time in purgatory (a timing.Recorder installed with purgatory.WithObserver)")
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace)")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -33,7 +34,7 @@ type real struct {
 func newReal() *real {
 	opts := []purgatory.Option{purgatory.WithTimerOptions(timer.WithExecutors(executors))}
 	if timeInPurgatory {
-		opts = append(opts, purgatory.WithTimeInPurgatory())
+		opts = append(opts, purgatory.WithObserver(new(timing.Recorder)))
 	}
 	p, err := purgatory.New[string, *fakeOp]("fake purgatory", opts...)
 	if err != nil {

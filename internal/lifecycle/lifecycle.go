@@ -118,6 +118,10 @@ const (
 
 	// Kinds is the number of Kinds.
 	Kinds = 5
+
+	// Cancelled is not a way to complete: it is what an Observer's Left
+	// is told for an operation that CancelForKey took out (Cancel).
+	Cancelled Kind = Kinds
 )
 
 func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
@@ -166,8 +170,8 @@ type Handle struct {
 	// op is the operation, nil once it has completed or been cancelled.
 	op atomic.Pointer[Op]
 	// ext is what only some operations need: nil unless the operation has
-	// a lock or a context of its own (stFat), its Tracker records the
-	// time in purgatory, or CompleteWith gave it a cause. Once set it
+	// a lock or a context of its own (stFat), its Tracker has an
+	// Observer, or CompleteWith gave it a cause. Once set it
 	// never changes: set before the Handle is published, or, by
 	// CompleteWith, from nil with a compare-and-swap.
 	ext atomic.Pointer[handleExt]
@@ -176,16 +180,29 @@ type Handle struct {
 // Op returns the operation, or nil once it has completed or been cancelled.
 func (h *Handle) Op() *Op { return h.op.Load() }
 
-// handleExt carries what only some operations have: the clock reading of
-// the park, for a Tracker that records times; a lock given to WithLock; a
+// handleExt carries what only some operations have: for a Tracker with an
+// Observer, the clock reading of the park, what the Observer's Parked
+// returned and the TryComplete calls made; a lock given to WithLock; a
 // context; the cause given to CompleteWith.
 type handleExt struct {
 	parked int64
-	lock   sync.Locker
-	shared *SharedLock
-	ctx    context.Context
-	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
-	cause  atomic.Pointer[error]       // CompleteWith's, the first one given
+	// obs is written by Park before the park is published and read by the
+	// one departure (complete or Cancel), which clears it so that the
+	// observer's state does not outlive the stay.
+	obs   any
+	tries atomic.Uint32 // TryComplete calls, counted only with an Observer
+	lock  sync.Locker   // a *SharedLock, for a SharedLock (sharedLock)
+	ctx   context.Context
+	stop  atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+	cause atomic.Pointer[error]       // CompleteWith's, the first one given
+}
+
+// sharedLock returns the lock given to WithLock if it is a SharedLock. It
+// is not kept in a field of its own: a pointer more would move an
+// extHandle from the 96-byte size class to the 112-byte one.
+func (x *handleExt) sharedLock() *SharedLock {
+	s, _ := x.lock.(*SharedLock)
+	return s
 }
 
 // extHandle is a Handle and its handleExt in one allocation.
@@ -199,10 +216,6 @@ func newExtHandle() *Handle {
 	eh.ext.Store(&eh.x)
 	return &eh.Handle
 }
-
-// parkedAt returns the clock reading of the operation's park, for a
-// Tracker that records times.
-func (o *Op) parkedAt() int64 { return o.h.ext.Load().parked }
 
 // MaxTimeout is the longest timeout an Op keeps: 2^61 ns, 73 years. Init
 // takes longer ones as this, so that a deadline measured from any clock
@@ -218,9 +231,8 @@ func (o *Op) fat() *handleExt {
 
 // Options are what Init takes besides the timeout.
 type Options struct {
-	Lock   sync.Locker
-	Shared *SharedLock // Lock, when it is a SharedLock
-	Ctx    context.Context
+	Lock sync.Locker
+	Ctx  context.Context
 }
 
 // Init binds o to self, the user's operation that embeds it, and sets the
@@ -237,13 +249,16 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	e := o.entry()
 	e.Owner = self
 	e.Delay = int64(min(timeout, MaxTimeout)) // not shared yet: a plain store
-	if opt.Ctx != nil && opt.Ctx.Done() == nil {
-		opt.Ctx = nil // never ends: nothing to watch
+	if opt.Ctx != nil && (opt.Ctx == context.Background() || opt.Ctx == context.TODO()) {
+		// Never ends and carries nothing an Observer could use. Other
+		// contexts that never end are kept, unarmed: they may carry the
+		// span an Observer parents its own on.
+		opt.Ctx = nil
 	}
 	if opt.Lock != nil || opt.Ctx != nil {
 		h := newExtHandle()
 		x := h.ext.Load()
-		x.lock, x.shared, x.ctx = opt.Lock, opt.Shared, opt.Ctx
+		x.lock, x.ctx = opt.Lock, opt.Ctx
 		o.h = h
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
@@ -273,6 +288,14 @@ func IsCancelled(o *Op) bool { return o.word().Load()&stCancelled != 0 }
 func KindOf(o *Op) (k Kind, ok bool) {
 	s := o.word().Load()
 	return Kind((s & kindMask) >> kindShift), s&stCompleted != 0
+}
+
+// ContextOf returns the context given to Init, or nil.
+func ContextOf(o *Op) context.Context {
+	if fh := o.fat(); fh != nil {
+		return fh.ctx
+	}
+	return nil
 }
 
 // ContextCause returns context.Cause of the operation's context, for an
@@ -342,8 +365,8 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 		// for a completion that then loses the swap is wasted, and rare.
 		// Once the operation is seen parked, its Tracker is safe to read.
 		if !read && s&stParked != 0 {
-			if t := o.t; t.Now != nil {
-				end = t.Now()
+			if obs := o.t.Obs; obs != nil {
+				end = obs.Now()
 			}
 			read = true
 		}
@@ -361,16 +384,13 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 	if s&stParked != 0 {
 		st := t.stripe(o)
 		st.left.Add(counts(s >> watchShift))
-		if t.Now != nil {
-			// The histogram's buckets count the completions: no other
-			// counter to add to.
-			t.times(o)[k].Record(end - o.parkedAt())
-		} else {
-			st.done[k].Add(1)
-		}
+		st.done[k].Add(1)
 		t.release()
 	}
 	o.release(t != nil)
+	if s&stParked != 0 && t.Obs != nil {
+		o.left(t, k, end)
+	}
 	o.call(t, Callbacks.OnComplete, "OnComplete")
 	if k == Expired || k == Shutdown {
 		o.call(t, Callbacks.OnExpiration, "OnExpiration")
@@ -396,6 +416,15 @@ func (o *Op) release(parked bool) {
 			(*stop)()
 		}
 	}
+}
+
+// left tells t's Observer that o, which was parked, left as k at end. Only
+// the one departure calls it, so the ext's obs needs no lock.
+func (o *Op) left(t *Tracker, k Kind, end int64) {
+	x := o.h.ext.Load() // set at Park whenever t has an Observer
+	state := x.obs
+	x.obs = nil
+	t.Obs.Left(o, k, state, x.parked, end, x.tries.Load())
 }
 
 // call runs a user callback. Once the operation has been parked (t is set)
@@ -450,9 +479,9 @@ func expire(o *Op) bool {
 func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
-// returns the Handle its watch lists are to hold; now is the Tracker's
-// clock reading, from which the time in purgatory is measured (read only
-// when t.Now is set) and, with preset, the timer deadline is fixed
+// returns the Handle its watch lists are to hold; now is a clock reading,
+// from which the time in purgatory is measured (with t.Obs set, on
+// t.Obs's clock) and, with preset, the timer deadline is fixed
 // (PresetDeadline: the Add that comes later keeps it); watches is how
 // many watch entries the caller will push for it, counted here in the
 // same locked add and swap as the park itself. The deadline is fixed
@@ -480,7 +509,7 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 	switch {
 	case w.Load()&stFat != 0:
 		h = o.h
-	case t.Now != nil:
+	case t.Obs != nil:
 		h = newExtHandle()
 		o.h = h
 	default:
@@ -488,8 +517,14 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 		o.h = h
 	}
 	h.op.Store(o)
-	if x := h.ext.Load(); x != nil {
+	var x *handleExt
+	if t.Obs != nil {
+		// Told before the swap that publishes the park: once published,
+		// the operation may complete on any goroutine, and its Left must
+		// find what Parked returned.
+		x = h.ext.Load()
 		x.parked = now
+		x.obs = t.Obs.Parked(o, x.ctx, watches)
 	}
 	if preset {
 		// Never added (never parked), so no timer reads the entry yet.
@@ -508,6 +543,15 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 		if s&(stParked|stCompleted|stCancelled) != 0 {
 			st.arrived.Add(-c)
 			h.op.Store(nil)
+			if x != nil {
+				// Only a ForceComplete can get here (the caller holds
+				// the lock, and nothing else completes an operation
+				// that is not parked): the Observer was told of a park
+				// and is told how it ended, early.
+				state := x.obs
+				x.obs = nil
+				t.Obs.Left(o, Early, state, now, t.Obs.Now(), 0)
+			}
 			return nil, false
 		}
 		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
@@ -526,7 +570,7 @@ func Parkable(o *Op) bool { return o.word().Load()&(stParked|stCompleted|stCance
 // goroutine (it waits for the operation's lock).
 func ArmContext(o *Op) {
 	fh := o.fat()
-	if fh == nil || fh.ctx == nil {
+	if fh == nil || fh.ctx == nil || fh.ctx.Done() == nil {
 		return
 	}
 	stop := context.AfterFunc(fh.ctx, func() { finish(o, Context) })
@@ -573,6 +617,9 @@ func Cancel(o *Op) bool {
 	t.release()
 	o.release(true)
 	l.Unlock()
+	if t.Obs != nil {
+		o.left(t, Cancelled, t.Obs.Now())
+	}
 	return true
 }
 

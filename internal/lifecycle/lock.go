@@ -155,7 +155,7 @@ func TryComplete(o *Op) bool {
 	}
 	var shared *SharedLock
 	if fh := o.fat(); fh != nil {
-		shared = fh.shared
+		shared = fh.sharedLock()
 	}
 	done := false
 	for o.checkable() {
@@ -200,8 +200,10 @@ func TryComplete(o *Op) bool {
 // The caller hands the park to DeferPark instead.
 func LockForPark(o *Op) (sync.Locker, bool) {
 	l := o.lock()
-	if fh := o.fat(); fh != nil && fh.shared != nil {
-		return l, fh.shared.TryLock()
+	if fh := o.fat(); fh != nil {
+		if s := fh.sharedLock(); s != nil {
+			return l, s.TryLock()
+		}
 	}
 	l.Lock()
 	return l, true
@@ -215,7 +217,7 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // asked for it, as under Kafka's re-entrant lock: no other goroutine can
 // take the lock and find the operation half parked. Call it only for an
 // operation whose LockForPark reported false.
-func DeferPark(o *Op, park func() (after func())) { o.fat().shared.deferPark(park) }
+func DeferPark(o *Op, park func() (after func())) { o.fat().sharedLock().deferPark(park) }
 
 // UnlockAfterPark releases the lock taken by LockForPark and makes any
 // check that was skipped meanwhile.
@@ -234,7 +236,7 @@ func TryCompleteLocked(o *Op) bool { return o.checkable() && o.tryComplete() }
 // whose notes are kept on the lock, is always tried.
 func LastTryLocked(o *Op, missed bool) bool {
 	if !missed && !o.clear(stTryAgain) {
-		if fh := o.fat(); fh == nil || fh.shared == nil {
+		if fh := o.fat(); fh == nil || fh.sharedLock() == nil {
 			return false
 		}
 	}
@@ -252,6 +254,9 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 
 func (o *Op) tryComplete() (done bool) {
 	if t := o.t; t != nil { // checkable: parked, so Park's write is seen
+		if t.Obs != nil {
+			o.h.ext.Load().tries.Add(1)
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				t.recovered(o, "TryComplete", r)

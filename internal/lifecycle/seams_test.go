@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/purgatory-go/purgatory/internal/hist"
 )
 
 // seamOp counts its callbacks. (The module's shared test operation imports
@@ -116,35 +114,58 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	assert.Equal(t, uint64(0), tr.Counts().Done[Context], "the context did not complete it again")
 }
 
-// clockWith returns a Tracker that records times on a clock whose every
-// reading is end, and which runs f at its first reading. A completion
-// reads the clock between loading the state word and its swap, so f runs
-// exactly there. reads counts the readings.
-func clockWith(end int64, f func()) (tr *Tracker, reads *int) {
-	tr, reads = &Tracker{}, new(int)
-	tr.Now = func() int64 {
-		if *reads++; *reads == 1 {
-			f()
-		}
-		return end
-	}
-	return tr, reads
+// event is one call of a recordingObserver.
+type event struct {
+	call   string // "parked" or "left"
+	k      Kind
+	state  any
+	parked int64
+	end    int64
+	tries  uint32
 }
 
-// timeIn returns what tr recorded for kind k.
-func timeIn(tr *Tracker, k Kind) hist.Snapshot {
-	var s hist.Snapshot
-	tr.Times(k, &s)
-	return s
+// recordingObserver records what a Tracker tells it, on a clock whose
+// every reading is end, and runs f at its first reading. A completion
+// reads the clock between loading the state word and its swap, so f runs
+// exactly there. Parked returns a fresh pointer, which Left must get back.
+type recordingObserver struct {
+	end    int64
+	f      func()
+	reads  int
+	events []event
+}
+
+func (r *recordingObserver) Now() int64 {
+	if r.reads++; r.reads == 1 && r.f != nil {
+		r.f()
+	}
+	return r.end
+}
+
+func (r *recordingObserver) Parked(o *Op, ctx context.Context, keys int) any {
+	st := new(int)
+	r.events = append(r.events, event{call: "parked", state: st})
+	return st
+}
+
+func (r *recordingObserver) Left(o *Op, k Kind, state any, parked, end int64, tries uint32) {
+	r.events = append(r.events, event{"left", k, state, parked, end, tries})
+}
+
+// clockWith returns a Tracker whose Observer is a recordingObserver with
+// end and f.
+func clockWith(end int64, f func()) (*Tracker, *recordingObserver) {
+	r := &recordingObserver{end: end, f: f}
+	return &Tracker{Obs: r}, r
 }
 
 // An expiry that wins between a ForceComplete's clock read and its swap:
 // the ForceComplete reports false, and only the expiry is counted and
-// timed.
+// told to the Observer, with the state its Parked returned.
 func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
-	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
-	_, ok := Park(&o.Op, tr, 0, false, 0)
+	tr, r := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
+	_, ok := Park(&o.Op, tr, 1, false, 0)
 	require.True(t, ok)
 
 	assert.False(t, ForceComplete(&o.Op))
@@ -153,16 +174,17 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	c := tr.Counts()
 	assert.Equal(t, [Kinds]uint64{Expired: 1}, c.Done)
 	assert.Zero(t, c.Pending)
-	assert.Equal(t, int64(5*time.Millisecond)+1, timeIn(tr, Expired).Hi)
-	assert.Zero(t, timeIn(tr, Early).Hi, "the loser records nothing")
+	require.Len(t, r.events, 2, "parked, then one departure: the loser tells nothing")
+	assert.Equal(t, event{"left", Expired, r.events[0].state, 1, int64(5 * time.Millisecond), 0}, r.events[1])
+	assert.Nil(t, o.h.ext.Load().obs, "the state is let go at the departure")
 }
 
 // A cancel between the clock read and the swap: the ForceComplete still
 // completes the operation, as it does any cancelled one, but it was no
-// longer parked, so nothing is counted or timed for it but the cancel.
+// longer parked, so nothing is counted or told for it but the cancel.
 func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
-	tr, _ := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
+	tr, r := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
 	_, ok := Park(&o.Op, tr, 0, false, 0)
 	require.True(t, ok)
 
@@ -172,5 +194,40 @@ func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	assert.Equal(t, [Kinds]uint64{}, c.Done)
 	assert.Equal(t, uint64(1), c.Cancelled)
 	assert.Zero(t, c.Pending)
-	assert.Zero(t, timeIn(tr, Early).Hi)
+	require.Len(t, r.events, 2)
+	assert.Equal(t, "left", r.events[1].call)
+	assert.Equal(t, Cancelled, r.events[1].k)
+	assert.Same(t, r.events[0].state, r.events[1].state)
+}
+
+// A ForceComplete between the Observer's Parked and Park's CAS: Park
+// fails and counts nothing, and the Observer, told of a park, is told
+// that it ended early, once, with its state back.
+func TestForceCompleteBeforeParkCASIsToldToTheObserver(t *testing.T) {
+	t.Parallel()
+	o := newSeamOp(context.Background())
+	tr, r := clockWith(7, nil)
+	at(tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
+	_, ok := Park(&o.Op, tr, 3, false, 2)
+	assert.False(t, ok)
+	assert.Equal(t, Counts{}, tr.Counts())
+	require.Len(t, r.events, 2)
+	assert.Equal(t, event{"left", Early, r.events[0].state, 3, 7, 0}, r.events[1])
+}
+
+// TryComplete calls are counted for the Observer only while the
+// operation is parked, each one, and reported at its departure.
+func TestTriesAreCounted(t *testing.T) {
+	o := newSeamOp(context.Background())
+	tr, r := clockWith(0, nil)
+	TryComplete(&o.Op) // not parked: not run, not counted
+	_, ok := Park(&o.Op, tr, 0, false, 1)
+	require.True(t, ok)
+	for range 3 {
+		assert.False(t, TryComplete(&o.Op))
+	}
+	require.True(t, ForceComplete(&o.Op))
+	TryComplete(&o.Op) // completed: not run
+	require.Len(t, r.events, 2)
+	assert.Equal(t, uint32(3), r.events[1].tries)
 }

@@ -1,10 +1,9 @@
 package lifecycle
 
 import (
+	"context"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/purgatory-go/purgatory/internal/hist"
 )
 
 // Tracker counts what a purgatory's operations report. The counters are
@@ -26,29 +25,33 @@ type Tracker struct {
 	MaxPending int64
 	reserved   atomic.Int64
 
-	// Now, if set, reads the clock that Park's now came from; completions
-	// of parked operations then record their time in purgatory, by Kind.
-	// Set it before the Tracker is used.
-	Now func() int64
+	// Obs, if set, is told of every park and departure, and Park then
+	// gives each operation a handle extension to keep what Obs needs.
+	// Nil, nothing is read or written for it beyond this field. Set it
+	// before the Tracker is used.
+	Obs Observer
 
 	// Hooks are points between two steps where a test runs a competitor.
 	// Nil outside tests; set it before the Tracker is used.
 	Hooks *Hooks
-	// hists are striped like the counters, fewer: each is about 2 KiB.
-	hists [histStripes][Kinds]hist.Counters
 }
 
-const histStripes = 4
-
-func (t *Tracker) times(o *Op) *[Kinds]hist.Counters {
-	return &t.hists[(uintptr(unsafe.Pointer(o))>>7)%histStripes]
-}
-
-// Times adds the time in purgatory recorded for kind k into s.
-func (t *Tracker) Times(k Kind, s *hist.Snapshot) {
-	for i := range t.hists {
-		t.hists[i][k].AddTo(s)
-	}
+// Observer is what a Tracker tells of its operations' parks and
+// departures. Package purgatory implements it over the user's Observers.
+type Observer interface {
+	// Now reads the clock that times the stay in purgatory. Park's now
+	// must be a reading of it.
+	Now() int64
+	// Parked is told of o's park, under o's lock and before the park is
+	// published, so that nothing can complete o before it returns: what it
+	// returns is kept on o's handle and given to Left. ctx is the context
+	// given to Init, or nil.
+	Parked(o *Op, ctx context.Context, keys int) any
+	// Left is told, once for each Parked, that o left as k (Cancelled for
+	// a cancel): state is what Parked returned, parked and end the clock
+	// readings of the park and the departure, tries the TryComplete calls
+	// made on o since its park. It runs before o's OnComplete.
+	Left(o *Op, k Kind, state any, parked, end int64, tries uint32)
 }
 
 const trackerStripes = 16
@@ -62,7 +65,7 @@ type trackerStripe struct {
 	// own: a request parked on one core and completed on another would
 	// otherwise take this line from the other core twice.
 	left      atomic.Uint64        // parked operations that completed or were cancelled, and their watch entries (counts)
-	done      [Kinds]atomic.Uint64 // completed, by Kind, unless Now is set: then the histograms count them
+	done      [Kinds]atomic.Uint64 // completed, by Kind
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
 	_         [128 - 64]byte
@@ -81,8 +84,7 @@ type Counts struct {
 }
 
 // Counts sums the stripes. Each counter is read atomically; the sum is not
-// one snapshot. With Now set, Done sums the histograms' buckets: a few
-// thousand loads.
+// one snapshot.
 func (t *Tracker) Counts() Counts {
 	var c Counts
 	c.Pending, c.Watched = t.Live()
@@ -93,13 +95,6 @@ func (t *Tracker) Counts() Counts {
 		}
 		c.Cancelled += s.cancelled.Load()
 		c.Panics += s.panics.Load()
-	}
-	if t.Now != nil {
-		for i := range t.hists {
-			for k := range c.Done {
-				c.Done[k] += t.hists[i][k].Count()
-			}
-		}
 	}
 	return c
 }
@@ -147,15 +142,22 @@ func (t *Tracker) Live() (pending, watched int64) {
 // are pending and fewer than 2^32 entries watched, which no heap holds.
 func counts(n uint32) uint64 { return 1 | uint64(n)<<32 }
 
-// CountUnparked counts as an early completion an operation that a
-// purgatory accepted for a park it deferred, and that a ForceComplete
-// completed before the park ran: it never counted as pending.
-func (t *Tracker) CountUnparked(o *Op) {
-	if t.Now != nil {
-		t.times(o)[Early].Record(0)
+// CountUnparked counts as an early completion an operation on keys keys
+// that a purgatory accepted for a park it deferred, and that a
+// ForceComplete completed before the park ran: it never counted as
+// pending. An Observer is told of a park and an early departure, at once,
+// so that it sees what Stats counts.
+func (t *Tracker) CountUnparked(o *Op, keys int) {
+	t.stripe(o).done[Early].Add(1)
+	if t.Obs == nil {
 		return
 	}
-	t.stripe(o).done[Early].Add(1)
+	var ctx context.Context
+	if x := o.fat(); x != nil {
+		ctx = x.ctx
+	}
+	now := t.Obs.Now()
+	t.Obs.Left(o, Early, t.Obs.Parked(o, ctx, keys), now, now, 0)
 }
 
 // AddPanic counts a panic recovered outside the operations' own callbacks.

@@ -22,6 +22,12 @@ func TestTrackerStripeLayout(t *testing.T) {
 	assert.Zero(t, unsafe.Sizeof(s)%128)
 }
 
+// A handle with its extension, what an observed or fat operation costs
+// instead of a 16-byte Handle, stays within the 96-byte size class.
+func TestExtHandleSize(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(extHandle{}), uintptr(96))
+}
+
 // Live, read while operations are parked, watched and completed on other
 // goroutines, never reports fewer than zero of either, and ends at zero.
 func TestLiveNeverNegative(t *testing.T) {

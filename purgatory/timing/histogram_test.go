@@ -1,4 +1,4 @@
-package purgatory_test
+package timing_test
 
 import (
 	"context"
@@ -12,15 +12,45 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
+	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
+
+type mockOp = optest.Op
+
+type pg = purgatory.Purgatory[string, *mockOp]
+
+func newOp(timeout time.Duration, opts ...operation.InitOption) *mockOp {
+	return optest.New(timeout, opts...)
+}
+
+// newMockPurgatory returns a purgatory on a MockTimer with no reaper,
+// timed by a Recorder, and shut down when the test ends.
+func newMockPurgatory(t *testing.T, opts ...purgatory.Option) (*pg, *timer.MockTimer, *timing.Recorder) {
+	t.Helper()
+	mt := timer.NewMockTimer()
+	rec := new(timing.Recorder)
+	p, err := purgatory.New[string, *mockOp]("mock", append([]purgatory.Option{purgatory.WithTimer(mt),
+		purgatory.WithoutReaper(), purgatory.WithObserver(rec)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Shutdown(context.Background())) })
+	return p, mt, rec
+}
+
+func mustPark(t *testing.T, p *pg, op *mockOp, keys ...string) {
+	t.Helper()
+	done, err := p.TryCompleteElseWatch(op, keys...)
+	require.NoError(t, err)
+	require.False(t, done)
+}
 
 // The time in purgatory of operations on a MockTimer is exact: parked at
 // known times, completed at known times, each way counted apart.
 func TestTimeInPurgatory(t *testing.T) {
-	p, mt := newMockPurgatory(t)
+	p, mt, rec := newMockPurgatory(t)
 	early := newOp(time.Second)
 	expired := newOp(200 * time.Millisecond)
 	mustPark(t, p, early, "a")
@@ -35,7 +65,7 @@ func TestTimeInPurgatory(t *testing.T) {
 	mt.Advance(5 * time.Second)
 	require.NoError(t, p.Shutdown(context.Background()))
 
-	tip := p.Stats().TimeInPurgatory
+	tip := rec.Snapshot()
 	assert.Equal(t, uint64(1), tip.CompletedEarly.Count())
 	assert.Equal(t, 30*time.Millisecond, tip.CompletedEarly.Sum())
 	assertInBucketOf(t, 30*time.Millisecond, tip.CompletedEarly.Quantile(0.5))
@@ -74,7 +104,7 @@ func TestHistogramQuantiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// Record through a purgatory on a mock clock: park at 0,
 			// complete each at its duration.
-			p, mt := newMockPurgatory(t)
+			p, mt, rec := newMockPurgatory(t)
 			ds := make([]time.Duration, 2000)
 			for i := range ds {
 				ds[i] = gen().Round(time.Microsecond) + time.Microsecond
@@ -91,7 +121,7 @@ func TestHistogramQuantiles(t *testing.T) {
 				at = d
 				ops[i].ForceComplete()
 			}
-			h := p.Stats().TimeInPurgatory.CompletedEarly
+			h := rec.Snapshot().CompletedEarly
 			require.Equal(t, uint64(len(ds)), h.Count())
 			assert.Equal(t, ds[0], h.Min())
 			assert.Equal(t, ds[len(ds)-1], h.Max())
@@ -100,8 +130,8 @@ func TestHistogramQuantiles(t *testing.T) {
 				got := h.Quantile(q)
 				assert.InEpsilon(t, float64(want), float64(got), 0.125, "q=%v: want %v, got %v", q, want, got)
 			}
-			var halves purgatory.Histogram
-			half := p.Stats().TimeInPurgatory.CompletedEarly
+			var halves timing.Histogram
+			half := rec.Snapshot().CompletedEarly
 			halves.Merge(&half)
 			halves.Merge(&half)
 			assert.Equal(t, 2*h.Count(), halves.Count())
@@ -109,21 +139,21 @@ func TestHistogramQuantiles(t *testing.T) {
 			assert.InEpsilon(t, float64(h.Quantile(0.5)), float64(halves.Quantile(0.5)), 0.05)
 		})
 	}
-	var empty purgatory.Histogram
+	var empty timing.Histogram
 	assert.Equal(t, time.Duration(0), empty.Quantile(0.5))
 	assert.Equal(t, "n=0", empty.String())
 }
 
-// Recording allocates nothing beyond what parking did before: one
-// operation parked and completed costs the same allocations with the
-// time recorded or not.
-func TestTimesAllocateNothing(t *testing.T) {
+// Recording allocates nothing beyond what the observer's handle costs: an
+// operation parked and completed in a purgatory with a Recorder costs the
+// operation and its handle, as one without any observer does.
+func TestRecorderAllocatesNothing(t *testing.T) {
 	mt := timer.NewMockTimer()
 	p, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(mt), purgatory.WithoutReaper())
 	require.NoError(t, err)
 	defer p.Shutdown(context.Background())
 	q, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(timer.NewMockTimer()),
-		purgatory.WithoutReaper(), purgatory.WithTimeInPurgatory())
+		purgatory.WithoutReaper(), purgatory.WithObserver(new(timing.Recorder)))
 	require.NoError(t, err)
 	defer q.Shutdown(context.Background())
 	park := func(p *pg) func() {
@@ -143,7 +173,7 @@ func TestTimesAllocateNothing(t *testing.T) {
 // one: the fat Handle Init makes stands in for the Handle a park makes,
 // and the park keeps it rather than copying it.
 func TestFatOperationParksWithoutAnotherHandle(t *testing.T) {
-	p, _ := newMockPurgatory(t)
+	p, _, _ := newMockPurgatory(t)
 	var mu sync.Mutex
 	request := func(opts ...operation.InitOption) func() {
 		return func() {
@@ -158,28 +188,33 @@ func TestFatOperationParksWithoutAnotherHandle(t *testing.T) {
 	assert.Equal(t, plain, fat)
 }
 
-// Without WithTimeInPurgatory nothing is timed, and the counts go on.
-func TestTimeInPurgatoryIsOptIn(t *testing.T) {
-	mt := timer.NewMockTimer()
-	p, err := purgatory.New[string, *mockOp]("off", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+// Cancelled operations are not timed, and a Recorder on two purgatories
+// adds up both.
+func TestRecorderSkipsCancelsAndSumsPurgatories(t *testing.T) {
+	p, mt, rec := newMockPurgatory(t)
+	q, err := purgatory.New[string, *mockOp]("other", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
+		purgatory.WithObserver(rec))
 	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
-	a, b := newOp(time.Second), newOp(time.Second)
+	defer q.Shutdown(context.Background())
+	a, b, c := newOp(time.Second), newOp(time.Second), newOp(time.Second)
 	mustPark(t, p, a, "k")
-	mustPark(t, p, b, "k")
+	mustPark(t, q, b, "k")
+	mustPark(t, q, c, "gone")
+	mt.Advance(10 * time.Millisecond)
+	require.Len(t, q.CancelForKey("gone"), 1)
 	a.ForceComplete()
-	mt.Advance(time.Second)
-	st := p.Stats()
-	assert.Equal(t, uint64(1), st.CompletedEarly)
-	assert.Equal(t, uint64(1), st.Expired)
-	all := st.TimeInPurgatory.Merged()
-	assert.Equal(t, uint64(0), all.Count())
+	b.ForceComplete()
+	tip := rec.Snapshot()
+	assert.Equal(t, uint64(2), tip.CompletedEarly.Count())
+	assert.Equal(t, 20*time.Millisecond, tip.CompletedEarly.Sum())
+	all := tip.Merged()
+	assert.Equal(t, uint64(2), all.Count(), "the cancel is not timed")
 }
 
 // An operation with a context or a lock keeps its park time in its fat
 // handle: it is timed like any other.
 func TestTimeInPurgatoryOfFatOperations(t *testing.T) {
-	p, mt := newMockPurgatory(t)
+	p, mt, rec := newMockPurgatory(t)
 	var l operation.SharedLock
 	a := newOp(time.Hour, operation.WithContext(context.Background()), operation.WithLock(&l))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +226,7 @@ func TestTimeInPurgatoryOfFatOperations(t *testing.T) {
 	mt.Advance(20 * time.Millisecond)
 	a.ForceComplete()
 	b.ForceComplete()
-	tip := p.Stats().TimeInPurgatory
+	tip := rec.Snapshot()
 	assert.Equal(t, uint64(2), tip.CompletedEarly.Count())
 	assert.Equal(t, 50*time.Millisecond, tip.CompletedEarly.Sum(), "30ms and 20ms")
 	assert.Equal(t, 20*time.Millisecond, tip.CompletedEarly.Min())

@@ -1,4 +1,4 @@
-package purgatory
+package timing
 
 import (
 	"encoding/json"
@@ -123,42 +123,6 @@ func round(d time.Duration) time.Duration {
 		}
 	}
 	return d.Round(time.Second)
-}
-
-// TimeInPurgatory holds how long operations were parked before they
-// completed, from TryCompleteElseWatch to the completion, one histogram for
-// each way of completing, named as Stats names the counts. Operations
-// completed by TryCompleteElseWatch's own TryComplete count in
-// CompletedEarly with the time that call took. Within one histogram the
-// count and the sum are read apart, so while operations complete they may
-// be one duration apart.
-type TimeInPurgatory struct {
-	CompletedEarly  Histogram // by TryComplete or ForceComplete
-	Expired         Histogram // by their timeout
-	ContextDone     Histogram // by their context
-	Shutdown        Histogram // by Shutdown
-	CompletedForKey Histogram // by CompleteForKey
-}
-
-// All yields each histogram with a short name for its outcome: "early",
-// "expired", "context", "shutdown" and "for_key", in that order. Exporters
-// use it to label them, and so see a histogram added later without a
-// change.
-func (t *TimeInPurgatory) All() iter.Seq2[string, *Histogram] {
-	return func(yield func(string, *Histogram) bool) {
-		_ = yield("early", &t.CompletedEarly) && yield("expired", &t.Expired) &&
-			yield("context", &t.ContextDone) && yield("shutdown", &t.Shutdown) &&
-			yield("for_key", &t.CompletedForKey)
-	}
-}
-
-// Merged returns the histograms merged into one.
-func (t *TimeInPurgatory) Merged() Histogram {
-	var h Histogram
-	for _, x := range t.All() {
-		h.Merge(x)
-	}
-	return h
 }
 
 // MarshalJSON writes a summary of h: count, sum (in microseconds), and in
