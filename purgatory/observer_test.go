@@ -173,7 +173,8 @@ func TestObserverIsToldEveryOutcome(t *testing.T) {
 	mt.Advance(30 * time.Millisecond)            // expired at 40ms
 	require.Equal(t, int32(1), expired.Expiries.Load())
 	cancel() // on the context's goroutine
-	require.Eventually(t, func() bool { return byCtx.IsCompleted() }, 10*time.Second, time.Millisecond)
+	// OnComplete runs after Left: once it has, the observer has been told.
+	require.Eventually(t, func() bool { return byCtx.Completes.Load() == 1 }, 10*time.Second, time.Millisecond)
 	require.Equal(t, 1, p.CompleteForKey("e", errMoved))
 	require.Len(t, p.CancelForKey("f"), 1)
 	mt.Advance(5 * time.Millisecond)

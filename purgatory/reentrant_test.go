@@ -208,7 +208,7 @@ func TestDeferredParkOvertakenByForceComplete(t *testing.T) {
 	_, err := p.TryCompleteElseWatch(op, "a")
 	require.NoError(t, err)
 	go op.ForceComplete() // another goroutine, not holding the lock
-	require.Eventually(t, op.IsCompleted, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return op.Completes.Load() == 1 }, 10*time.Second, time.Millisecond)
 	lock.Unlock()
 
 	st := p.Stats()
