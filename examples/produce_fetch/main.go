@@ -146,7 +146,7 @@ func printKcatHelp(w io.Writer, addr string, c ScenarioConfig) {
 	fmt.Fprintf(w, "  # a consumer long-polling (5 s per fetch), printing each record as it is produced\n")
 	fmt.Fprintf(w, "  kcat -b %s -C -t %s -p 1 -o beginning -X fetch.wait.max.ms=5000\n", addr, t)
 	fmt.Fprintf(w, "  # a consumer group: run it in two terminals, and the %d partitions are split between them\n", c.Partitions)
-	fmt.Fprintf(w, "  kcat -b %s -G demo %s -o beginning -f '%%t-%%p@%%o: %%s\\n'\n", addr, t)
+	fmt.Fprintf(w, "  kcat -b %s -G demo %s -X auto.offset.reset=earliest -f '%%t-%%p@%%o: %%s\\n'\n", addr, t)
 }
 
 // statusLoop shows statusLine every second: redrawn in place on a terminal,
