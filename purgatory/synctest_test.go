@@ -74,3 +74,33 @@ func TestDefaultPurgatoryInsideSynctest(t *testing.T) {
 		assert.Equal(t, int32(1), parked.Expiries.Load(), "Shutdown expires what is pending")
 	})
 }
+
+// Inside a bubble, a session kept alive by ResetTimeout expires exactly
+// its timeout after the last reset, on the bubble's fake time, for a
+// timeout the purgatory holds back (10 s) as for one it adds at once.
+func TestResetTimeoutInsideSynctest(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p, err := purgatory.New[string, *mockOp]("bubble")
+		require.NoError(t, err)
+		start := time.Now()
+		for _, session := range []time.Duration{300 * time.Millisecond, 10 * time.Second} {
+			op := newOp(session)
+			at := make(chan time.Duration, 1)
+			op.OnCompleteHook = func() { at <- time.Since(start) }
+			mustPark(t, p, op, "member")
+			var last time.Duration
+			for range 5 {
+				time.Sleep(session / 2)
+				require.True(t, p.ResetTimeout(op, session))
+				last = time.Since(start)
+			}
+			time.Sleep(session - time.Nanosecond)
+			synctest.Wait()
+			assert.Zero(t, op.Completes.Load(), "%v: expired before its reset deadline", session)
+			assert.Equal(t, last+session, <-at, "%v: expired at the last reset's deadline", session)
+			assert.True(t, op.IsExpired())
+		}
+		require.NoError(t, p.Shutdown(context.Background()))
+	})
+}
