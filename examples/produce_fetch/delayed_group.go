@@ -40,7 +40,7 @@ func (c *Coordinator) newDelayedJoin(g *group, timeout time.Duration, initial bo
 }
 
 // parkJoin parks d on its group's join key. The caller holds the group's
-// lock, so the park finishes when it is released.
+// lock, so the park finishes just before it is released.
 func (c *Coordinator) parkJoin(d *DelayedJoin) {
 	if _, err := c.join.TryCompleteElseWatch(d, joinKey{GroupID: d.g.id}); err != nil {
 		// Refused only once the purgatory is shut down, after every group
@@ -88,7 +88,7 @@ func (d *DelayedJoin) OnComplete() {
 		g.newMemberAdded = false
 		delay := min(d.c.cfg.InitialRebalanceDelay, d.remaining)
 		// Parked from a callback that runs under the group's lock: the
-		// SharedLock finishes the park when the lock is released.
+		// SharedLock finishes the park just before the lock is released.
 		d.c.parkJoin(d.c.newDelayedJoin(g, delay, true, d.remaining-delay))
 		return
 	}

@@ -39,8 +39,8 @@ import (
 // One operation.SharedLock per group guards the group's state and is the
 // lock of all its operations (Kafka's group.lock, passed as their lockOpt),
 // so a callback always runs with the group locked, and a request handler
-// that holds the lock may check or park the group's operations: the check
-// or park finishes when the lock is released.
+// that holds the lock may check or park the group's operations: the park
+// finishes just before the lock is released, the check just after.
 //
 // Reply functions (joinReply, syncReply) are called exactly once per
 // request, often from a callback under the group's lock: they must not
@@ -547,7 +547,7 @@ func (c *Coordinator) maybePrepareRebalance(g *group) {
 
 // prepareRebalance moves g to PreparingRebalance and parks the DelayedJoin
 // that completes the rebalance. The caller holds g's lock (the handler's,
-// or the callback's): the park finishes when it is released.
+// or the callback's): the park finishes just before it is released.
 func (c *Coordinator) prepareRebalance(g *group) {
 	if g.state == groupCompletingRebalance {
 		// Members waiting for their assignment must rejoin instead.
@@ -658,7 +658,8 @@ func (c *Coordinator) touch(g *group, m *member) {
 		case !m.hb.tried:
 			// Parked under this lock, and not yet in the purgatory (as
 			// when a member's first JoinGroup completes the rebalance): its
-			// park, when the lock is released, gives it a whole session.
+			// park, finished as the lock is released, gives it a whole
+			// session.
 			return
 		case c.cfg.Repark:
 			// Kafka's way: complete the operation and park a new one.
