@@ -199,11 +199,12 @@ func TryComplete(o *Op) bool {
 // another operation that shares the lock, and waiting would never end.
 // The caller hands the park to DeferPark instead.
 func LockForPark(o *Op) (sync.Locker, bool) {
-	l := o.lock()
-	if fh := o.fat(); fh != nil {
+	var l sync.Locker = (*opLock)(o)
+	if fh := o.fat(); fh != nil && fh.lock != nil {
 		if s := fh.sharedLock(); s != nil {
-			return l, s.TryLock()
+			return s, s.TryLock()
 		}
+		l = fh.lock
 	}
 	l.Lock()
 	return l, true
