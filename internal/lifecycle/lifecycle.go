@@ -337,6 +337,9 @@ func CompleteWith(o *Op, cause *error) bool {
 		}
 	}
 	x.cause.CompareAndSwap(nil, cause)
+	if hk := o.t.Hooks; hk != nil && hk.CauseStored != nil {
+		hk.CauseStored(o)
+	}
 	return o.complete(ForKey, true)
 }
 

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -42,6 +43,8 @@ func at(tr *Tracker, name string, f func(o *Op)) {
 		tr.Hooks = &Hooks{Published: once}
 	case "registered":
 		tr.Hooks = &Hooks{Registered: once}
+	case "cause stored":
+		tr.Hooks = &Hooks{CauseStored: once}
 	default:
 		panic("no seam " + name)
 	}
@@ -230,4 +233,44 @@ func TestTriesAreCounted(t *testing.T) {
 	TryComplete(&o.Op) // completed: not run
 	require.Len(t, r.events, 2)
 	assert.Equal(t, uint32(3), r.events[1].tries)
+}
+
+// CompleteWith stores its cause, then swaps the state to completed. A
+// competitor that completes the operation between the two wins: the
+// operation completes once, as the competitor's kind, and reports the
+// competitor's cause, not the stored one; a second CompleteWith there
+// loses, and the first cause stored stands.
+func TestCompletionBetweenCauseAndSwap(t *testing.T) {
+	t.Parallel()
+	errFirst, errSecond := errors.New("first"), errors.New("second")
+	for _, c := range []struct {
+		name     string
+		act      func(o *Op)
+		kind     Kind
+		keyCause error
+	}{
+		{"ForceComplete", func(o *Op) { ForceComplete(o) }, Early, errFirst},
+		{"expiry", func(o *Op) { Expire(o, Expired) }, Expired, errFirst},
+		{"CompleteWith", func(o *Op) { assert.True(t, CompleteWith(o, &errSecond)) }, ForKey, errFirst},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newSeamOp(context.Background())
+			var tr Tracker
+			at(&tr, "cause stored", c.act)
+			_, ok := Park(&o.Op, &tr, 0, false, 1)
+			require.True(t, ok)
+			assert.False(t, CompleteWith(&o.Op, &errFirst), "the competitor completed it first")
+			k, done := KindOf(&o.Op)
+			require.True(t, done)
+			assert.Equal(t, c.kind, k)
+			assert.Equal(t, 1, o.completes)
+			if k == ForKey {
+				assert.Equal(t, c.keyCause, KeyCause(&o.Op), "the first cause stored")
+			}
+			cnt := tr.Counts()
+			assert.Equal(t, uint64(1), cnt.Done[c.kind])
+			assert.Zero(t, cnt.Pending)
+			assert.Zero(t, cnt.Watched)
+		})
+	}
 }

@@ -116,6 +116,9 @@ type Hooks struct {
 	// Claimed runs in an expiry by the timer once it has claimed the
 	// fired entry, before it completes the operation.
 	Claimed func(o *Op)
+	// CauseStored runs in CompleteWith once the cause is stored, before
+	// the completing swap.
+	CauseStored func(o *Op)
 }
 
 // Live sums the pending operations and their watch entries. It reads what
