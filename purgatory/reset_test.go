@@ -99,14 +99,16 @@ func TestResetTimeoutRefuses(t *testing.T) {
 	assert.False(t, p.ResetTimeout(cancelled, time.Minute), "cancelled")
 }
 
-// A timeout of zero or less expires the operation at once, as a park with
-// one does.
+// A timeout of zero or less makes the operation due at once, as a park
+// with one does: the next Advance, Advance(0) included, expires it.
 func TestResetTimeoutToZeroExpires(t *testing.T) {
 	t.Parallel()
-	p, _ := newMockPurgatory(t)
+	p, mt := newMockPurgatory(t)
 	op := newOp(time.Hour)
 	mustPark(t, p, op, "a")
 	assert.True(t, p.ResetTimeout(op, 0))
+	assert.False(t, op.IsCompleted(), "ResetTimeout runs no expiry itself")
+	assert.Equal(t, 1, mt.Advance(0))
 	assert.True(t, op.IsExpired())
 	assert.ErrorIs(t, op.Cause(), operation.ErrExpired)
 	assert.Equal(t, uint64(1), p.Stats().Expired)

@@ -11,12 +11,13 @@ import (
 
 // delayQueue holds the buckets that have entries, ordered by expiration. It
 // plays the part of java.util.concurrent.DelayQueue in Kafka's SystemTimer:
-// the goroutine that advances the clock sleeps in poll until the earliest
+// the goroutine that advances the clock sleeps in wait until the earliest
 // bucket is due, so the clock moves only when there is work, never on empty
 // ticks.
 //
-// offer may be called by any goroutine; poll and pollDue by one goroutine at
-// a time (SystemTimer serialises them with pollMu).
+// offer may be called by any goroutine; pollDue under the timer's write
+// lock; wait by one goroutine at a time (SystemTimer serialises it with
+// pollMu).
 type delayQueue struct {
 	mu    sync.Mutex
 	items bucketHeap // guarded by mu
@@ -26,11 +27,11 @@ type delayQueue struct {
 
 	// wake carries a token when a bucket becomes the new head, so that a
 	// sleeping poll recomputes its wait. interrupt carries a token asking a
-	// poll to give up and return nil. Both hold at most one token.
+	// wait to give up and return false. Both hold at most one token.
 	wake      chan struct{}
 	interrupt chan struct{}
 
-	// timer is the one reusable clock timer poll waits on; no timer or
+	// timer is the one reusable clock timer wait sleeps on; no timer or
 	// goroutine is ever created per task or per bucket. On the system
 	// clock it is a time.Timer, so a poll sleeps on the runtime's timers,
 	// and inside a testing/synctest bubble on the bubble's fake time.
@@ -119,9 +120,15 @@ func (q *delayQueue) pollDue(now time.Duration) *bucket {
 	return heap.Pop(&q.items).(*bucket)
 }
 
-// poll waits up to timeout for a bucket to be due and returns it, or returns
-// nil when the timeout passes or the queue is interrupted.
-func (q *delayQueue) poll(timeout time.Duration) *bucket {
+// wait waits up to timeout for the head bucket to be due, and reports
+// whether one is. It takes nothing out of the queue: the caller polls the
+// due buckets (pollDue) under the timer's write lock, so that Adds, which
+// hold the read lock from reading the clock to offering their bucket, are
+// either wholly before that poll or wholly after it. A wait that popped the
+// bucket itself would let an Add offer an earlier bucket between the pop
+// and the turn that handles it, or let a second goroutine advancing the
+// same timer handle later buckets first.
+func (q *delayQueue) wait(timeout time.Duration) bool {
 	deadline := addSat(q.now(), max(timeout, 0))
 	q.polling.Store(true)
 	defer q.polling.Store(false)
@@ -134,15 +141,14 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 		if len(q.items) > 0 {
 			headDue = q.dueAt(q.items[0].due)
 			if headDue <= now {
-				b := heap.Pop(&q.items).(*bucket)
 				q.mu.Unlock()
-				return b
+				return true
 			}
 			wait = min(wait, headDue-now)
 		}
 		q.mu.Unlock()
 		if wait <= 0 {
-			return nil
+			return false
 		}
 		// Late nudgeAfter after the head is due, even when this wait ends
 		// first, at the deadline: a wake for the deadline that comes late
@@ -156,7 +162,7 @@ func (q *delayQueue) poll(timeout time.Duration) *bucket {
 			q.timer.Stop()
 		case <-q.interrupt:
 			q.timer.Stop()
-			return nil
+			return false
 		}
 	}
 }
@@ -204,7 +210,7 @@ func (q *delayQueue) nudge(now int64) {
 	runtime.Gosched()
 }
 
-// stop makes a poll in progress, or the next one, return nil at once.
+// stop makes a wait in progress, or the next one, return false at once.
 func (q *delayQueue) stop() {
 	select {
 	case q.interrupt <- struct{}{}:

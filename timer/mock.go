@@ -1,6 +1,9 @@
 package timer
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // MockTimer is a [Timer] for tests of code that schedules tasks. Its clock
 // moves only when Advance is called, and Advance runs every task that has
@@ -9,14 +12,22 @@ import "time"
 // on the real wheels with a one-nanosecond tick, so it has the same Add,
 // move and Cancel semantics as [SystemTimer].
 //
-// As in Kafka's MockTimer, Add runs a task with a delay of zero or less
-// before it returns, so do not Add while holding a lock the task takes.
+// Add never runs a task, not even one whose delay is zero or less (Kafka's
+// MockTimer runs those inside add): that one is due at once and runs at the
+// next Advance, Advance(0) included. Code under test may therefore Add while
+// holding a lock the task takes.
 //
-// A MockTimer is safe for concurrent use, but tests are easiest to read when
-// one goroutine advances it.
+// A MockTimer is safe for concurrent use. Advance and AdvanceClock take
+// turns, each whole: when one returns, every task due at the time it moved
+// the clock to has run, whichever goroutine advances beside it, and every
+// Add that returned before it was called is counted. A task's Run must not
+// call Advance or AdvanceClock of its own timer.
 type MockTimer struct {
 	st    *SystemTimer
 	clock *MockClock
+	// mu makes each Advance and AdvanceClock whole: the clock's move and
+	// the runs of what it made due.
+	mu sync.Mutex
 }
 
 var _ Timer = (*MockTimer)(nil)
@@ -38,6 +49,8 @@ func (m *MockTimer) Now() time.Duration { return m.clock.Now() }
 // deadline order. It returns how many tasks ran. Tasks added while it runs are
 // due after the new time, so they wait for a later Advance.
 func (m *MockTimer) Advance(d time.Duration) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.clock.Advance(d)
 	return m.runDue()
 }
@@ -55,7 +68,11 @@ func (m *MockTimer) Add(task Task) error { return m.st.Add(task) }
 // AdvanceClock runs every task that is due at the clock's current time and
 // reports whether any ran. It never waits: the timeout is ignored, as in
 // Kafka's MockTimer.
-func (m *MockTimer) AdvanceClock(time.Duration) bool { return m.runDue() > 0 }
+func (m *MockTimer) AdvanceClock(time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runDue() > 0
+}
 
 // Size implements [Timer].
 func (m *MockTimer) Size() int { return m.st.Size() }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
@@ -49,6 +48,11 @@ type hooks struct {
 	// add linked it, or found it cancelled (true), before the lock is
 	// released.
 	refile func(e *tasklist.Entry, linked bool)
+	// clockRead is called by Add once it has read the clock, holding its
+	// read lock, before it files the entry.
+	clockRead func()
+	// turning is called by turn before it takes the write lock.
+	turning func()
 }
 
 // waker is implemented by this package's timers so that a Reaper can cut
@@ -189,7 +193,11 @@ func (t *SystemTimer) tickOf(deadline int64) int64 {
 const never = math.MaxInt64
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
-// flush takes.
+// flush takes, and it never runs a task: one that is due already (a delay
+// of zero or less, or a deadline inside the current tick) goes into the
+// bucket of the current tick, which is due at once, and runs on the
+// goroutine that advances the timer, as every other task does. A caller
+// may therefore Add while holding a lock that the task's Run takes.
 //
 // An Add that finds the goroutine advancing the clock more than 2 ms behind
 // its clock (asleep past a due bucket, or in one AdvanceClock for that
@@ -198,7 +206,7 @@ const never = math.MaxInt64
 // otherwise hold off the expiries until the runtime preempts it. At most
 // one Add does so every 2 ms.
 func (t *SystemTimer) Add(task Task) error {
-	if nilcheck.IsNil(task) {
+	if task == nil {
 		return ErrNilTask
 	}
 	e := tasklist.Of(task)
@@ -213,33 +221,29 @@ func (t *SystemTimer) Add(task Task) error {
 		e.Owner = task
 	}
 	now := int64(t.now())
+	if t.hooks != nil && t.hooks.clockRead != nil {
+		t.hooks.clockRead()
+	}
 	if !e.HasPresetDeadline() {
 		e.Expire = tasklist.Deadline(int64(e.LoadDelay()), now)
 	}
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()
-	due := e.Expire <= now
-	if !due {
-		if tick := t.tickOf(e.Expire); tick == never {
-			t.never.Insert(e)
-		} else {
-			due = t.wheel.add(e, tick)
+	switch tick := t.tickOf(e.Expire); {
+	case e.Expire <= now:
+		t.wheel.addDue(e)
+	case tick == never:
+		t.never.Insert(e)
+	default:
+		if t.wheel.add(e, tick) {
+			t.wheel.addDue(e)
 		}
 	}
-	run := due && e.Fire()
 	e.UnlockAdd()
 	mu.RUnlock()
 	if t.queue.late(now) {
 		t.queue.nudge(now) // the expiries are late: give way to them
-	}
-	if run {
-		t.fired.Add(1)
-		if t.exec != nil {
-			t.exec.submit(e)
-		} else {
-			t.runTask(e)
-		}
 	}
 	return nil
 }
@@ -254,24 +258,21 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
 	}
 	defer t.queue.done()
 	if t.backlogLen.Load() > 0 {
-		now := t.now()
-		t.queue.working(now)
-		return t.turn(t.queue.pollDue(now))
+		t.queue.working(t.now())
+		return t.turn()
 	}
 	t.pollMu.Lock()
-	b := t.queue.poll(timeout)
+	due := t.queue.wait(timeout)
 	t.pollMu.Unlock()
-	if b == nil {
+	if !due {
 		return false
 	}
-	return t.turn(b)
+	return t.turn()
 }
 
 // advanceDue does what is due now, and one chunk of moving down, without
 // waiting.
-func (t *SystemTimer) advanceDue() bool {
-	return t.turn(t.queue.pollDue(t.now()))
-}
+func (t *SystemTimer) advanceDue() bool { return t.turn() }
 
 const (
 	// handOffEvery is how many expired tasks a flush collects before handing
@@ -288,7 +289,7 @@ const (
 
 // turn is one turn of AdvanceClock, under the write lock:
 //
-//  1. Handle b, if any, and every other bucket that is due. A bucket of the
+//  1. Handle every bucket that is due. A bucket of the
 //     finest level is flushed: its tasks are due and are handed to the
 //     executor. A coarser bucket is polled a whole span before it is due (its
 //     lead) and joins the backlog of buckets to move down.
@@ -301,12 +302,24 @@ const (
 // the start of a backlog bucket's span, that backlog bucket is moved down
 // completely (and the bucket is put back, since moving down may create
 // earlier ones).
-func (t *SystemTimer) turn(b *bucket) bool {
+//
+// The due buckets are taken from the delay queue here, under the write
+// lock, and nowhere else. An Add holds the read lock from its reading of
+// the clock to the offer of its bucket, so a bucket an Add offers is
+// either queued before this poll, and taken if due, or comes from an Add
+// that read the clock after this turn, and is not due before it. Two
+// goroutines advancing one timer take turns, each seeing the other's
+// work whole.
+func (t *SystemTimer) turn() bool {
+	if t.hooks != nil && t.hooks.turning != nil {
+		t.hooks.turning()
+	}
 	t.mu.lock()
 	if t.closed {
 		t.mu.unlock()
 		return false
 	}
+	b := t.queue.pollDue(t.now())
 	did := b != nil
 	for b != nil {
 		if t.drainBefore(b) {

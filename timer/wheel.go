@@ -96,6 +96,17 @@ func (w *wheel) add(e *tasklist.Entry, exp int64) (due bool) {
 	}
 }
 
+// addDue places e, which is due already, in the finest level's bucket of
+// the current tick: that bucket is due at once, so the next turn of the
+// goroutine advancing the timer fires e. The caller holds e's addLock and
+// the timer's read lock, so current does not move meanwhile.
+func (w *wheel) addDue(e *tasklist.Entry) {
+	b := &w.buckets[w.perSize.mod(w.current)]
+	if b.insert(e) && b.setExpiration(w.current) {
+		w.queue.offer(b)
+	}
+}
+
 func (w *wheel) overflowWheel() *wheel {
 	if o := w.overflow.Load(); o != nil {
 		return o
