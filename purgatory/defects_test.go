@@ -10,20 +10,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 )
 
 // Regression: a park overtaken by Shutdown ends the same way whatever its
-// timeout. Shutdown runs exactly between the park's unlock and its Add to
-// the timer (which the closed timer refuses), and between that Add and
-// the park's end. With WithLeavePendingOnShutdown the operation is left
-// pending, as every other pending operation is; by default it is expired
-// with ErrShutdown, exactly once.
+// timeout. Shutdown starts exactly before the park's Add to the timer
+// (which the closed timer then refuses), and just after it, while the
+// park holds the operation's lock. By default Shutdown's sweep waits for
+// that lock, and the park expires the operation itself, with ErrShutdown,
+// exactly once; with WithLeavePendingOnShutdown Shutdown returns at once
+// and the operation is left pending, as every other pending operation is.
 func TestShutdownDuringParkEndsOneWay(t *testing.T) {
 	t.Parallel()
 	for _, leave := range []bool{false, true} {
-		for _, step := range []purgatory.Step{purgatory.StepUnlocked, purgatory.StepTimed} {
+		for _, step := range []purgatory.Step{purgatory.StepWatched, purgatory.StepTimed} {
 			for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, time.Hour} {
 				name := fmt.Sprintf("leave=%v/%v/%v", leave, step, timeout)
 				t.Run(name, func(t *testing.T) {
@@ -33,9 +35,18 @@ func TestShutdownDuringParkEndsOneWay(t *testing.T) {
 					}
 					p, err := purgatory.New[string, *mockOp]("overtaken", opts...)
 					require.NoError(t, err)
+					waiting := make(chan struct{}, 1)
+					purgatory.SetContendedHook(p, func(*lifecycle.Op) { waiting <- struct{}{} })
+					shut := make(chan error, 1)
 					defer purgatory.SetStepHook(p, func(s purgatory.Step) {
-						if s == step {
-							require.NoError(t, p.Shutdown(context.Background()))
+						if s != step {
+							return
+						}
+						go func() { shut <- p.Shutdown(context.Background()) }()
+						if leave {
+							require.NoError(t, <-shut)
+						} else {
+							<-waiting // the sweep waits for the lock the park holds
 						}
 					})()
 					op := newOp(timeout)
@@ -48,6 +59,7 @@ func TestShutdownDuringParkEndsOneWay(t *testing.T) {
 						assert.Equal(t, 1, p.NumDelayed())
 						return
 					}
+					require.NoError(t, <-shut)
 					assert.Equal(t, int32(1), op.Completes.Load())
 					assert.Equal(t, int32(1), op.Expiries.Load())
 					assert.ErrorIs(t, op.Cause(), operation.ErrShutdown)

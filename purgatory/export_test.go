@@ -14,7 +14,6 @@ const (
 	StepTried       = stepTried
 	StepBetweenKeys = stepBetweenKeys
 	StepWatched     = stepWatched
-	StepUnlocked    = stepUnlocked
 	StepTimed       = stepTimed
 
 	StepCancelRemoved = stepCancelRemoved
@@ -23,7 +22,7 @@ const (
 )
 
 // Steps lists them in order.
-var Steps = []Step{StepParked, StepTried, StepBetweenKeys, StepWatched, StepUnlocked, StepTimed}
+var Steps = []Step{StepParked, StepTried, StepBetweenKeys, StepWatched, StepTimed}
 
 func (s Step) String() string {
 	switch s {
@@ -34,7 +33,7 @@ func (s Step) String() string {
 	case StepReset:
 		return "reset"
 	}
-	return [...]string{"parked", "tried", "between-keys", "watched", "unlocked", "timed"}[s]
+	return [...]string{"parked", "tried", "between-keys", "watched", "timed"}[s]
 }
 
 // SetStepHook installs f at every step of p, and returns a function that
@@ -56,9 +55,9 @@ func SetContendedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K
 	p.tracker.Hooks = &lifecycle.Hooks{Contended: f}
 }
 
-// SetClaimedHook installs f to run when an expiry by p's timer has claimed
-// an operation's fired entry, and has not yet completed it. Call it before
-// p is shared.
+// SetClaimedHook installs f to run when an expiry by p's timer has found
+// an operation's entry fired and the operation pending, before its
+// completing swap. Call it before p is shared.
 func SetClaimedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(*lifecycle.Op)) {
 	p.tracker.Hooks = &lifecycle.Hooks{Claimed: f}
 }
@@ -75,26 +74,3 @@ const PurgeSliceSize = purgeSlice
 // PurgeSliceSlack is how far past PurgeSliceSize a step may go: it reads
 // whole chunks of a list, at least two.
 const PurgeSliceSlack = 2 * watchers.MaxChunk
-
-// TimerSize is t.Size() less the deferral's tick, if one is in t: the
-// timer entries of p's operations.
-func TimerSize[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], t interface{ Size() int }) int {
-	n := t.Size()
-	if p.deferred != nil && p.deferred.armed.Load() {
-		n--
-	}
-	return n
-}
-
-// SetDeferralHooks installs f at the deferral's points: "pushed" (a park
-// has queued its operation, and not yet read whether a tick is armed),
-// "disarmed" (a tick has cleared armed, and taken nothing yet) and
-// "drained" (a tick has taken and added everything). Call it before p is
-// shared.
-func SetDeferralHooks[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(at string)) {
-	p.deferred.hooks = &deferHooks{
-		pushed:   func() { f("pushed") },
-		disarmed: func() { f("disarmed") },
-		drained:  func() { f("drained") },
-	}
-}

@@ -241,7 +241,7 @@ func TestCancelledOperationIsReleased(t *testing.T) {
 	mustPark(t, p, o, "a", "b", "c")
 	assert.Equal(t, []*mockOp{o}, p.CancelForKey("a"))
 	assert.Equal(t, 0, p.Watched())
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 0, mt.Size())
 	_, err := p.TryCompleteElseWatch(o, "d")
 	assert.ErrorIs(t, err, purgatory.ErrAlreadyWatched)
 	o.Ready.Store(true)

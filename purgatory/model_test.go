@@ -243,7 +243,7 @@ func TestPurgatoryModel(t *testing.T) {
 		}
 		require.NoError(t, p.Shutdown(context.Background()))
 		m.check()
-		require.Equal(t, 0, purgatory.TimerSize(p, mt), "timer entries left")
+		require.Equal(t, 0, mt.Size(), "timer entries left")
 		for _, o := range m.ops {
 			if o.cancelCtx != nil {
 				o.cancelCtx()

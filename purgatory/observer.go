@@ -203,8 +203,8 @@ func (a *observing[K, T]) refused(o *lifecycle.Op, keys int, err error) {
 func (a *observing[K, T]) recover(callback string) {
 	if v := recover(); v != nil {
 		a.p.tracker.AddPanic()
-		a.p.logger.Error("purgatory: observer panicked", "purgatory", a.p.name, "broker", a.p.brokerID,
-			"callback", callback, "panic", v)
+		a.p.logger.Error("purgatory: observer panicked", a.p.logAttrs(
+			"callback", callback, "panic", v)...)
 	}
 }
 

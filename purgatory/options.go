@@ -2,9 +2,10 @@ package purgatory
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"reflect"
 
-	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -51,6 +52,7 @@ type config struct {
 	noReaper      bool
 	purgeInterval int
 	brokerID      int
+	brokerSet     bool
 	logger        *slog.Logger
 	shards        int
 	leavePending  bool
@@ -60,42 +62,50 @@ type config struct {
 }
 
 func (c *config) validate() error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrInvalidOption, why) }
 	if c.purgeInterval < 0 {
-		return errors.Join(ErrInvalidOption, errors.New("purge interval must not be negative"))
+		return bad("purge interval must not be negative")
 	}
-	if c.shards < 0 {
-		return errors.Join(ErrInvalidOption, errors.New("shards must not be negative"))
+	if c.shards < 1 {
+		return bad("shards must be at least 1")
 	}
 	if c.timerSet && c.noTimer {
-		return errors.Join(ErrInvalidOption, errors.New("WithTimer and WithoutTimer together"))
+		return bad("WithTimer and WithoutTimer together")
 	}
-	if c.timerSet && nilcheck.IsNil(c.timer) {
-		return errors.Join(ErrInvalidOption, errors.New("WithTimer given a nil timer"))
+	if c.timerSet && isNilValue(c.timer) {
+		return bad("WithTimer given a nil timer")
 	}
 	if c.maxPending < 0 {
-		return errors.Join(ErrInvalidOption, errors.New("max pending must not be negative"))
+		return bad("max pending must not be negative")
 	}
 	for _, o := range c.observers {
-		if nilcheck.IsNil(o) {
-			return errors.Join(ErrInvalidOption, errors.New("WithObserver given a nil observer"))
+		if isNilValue(o) {
+			return bad("WithObserver given a nil observer")
 		}
 	}
 	return nil
+}
+
+// isNilValue reports whether v is nil or holds a nil pointer. New refuses
+// both, once, so that no goroutine of the purgatory calls a method on one
+// later; the request path makes plain comparisons only.
+func isNilValue(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // WithTimer makes the purgatory use t for timeouts instead of creating a
 // SystemTimer. Shutdown closes it. A timer.MockTimer with WithoutReaper
 // makes expiry deterministic in tests.
 //
-// The timer receives each operation's timeout as a timer.Task; whatever
-// it wraps, the Task's Run expires the operation. If t reports its clock
-// with a method Now() time.Duration (timer.SystemTimer and
-// timer.MockTimer do), timeouts of 800 ms or more are added 0-400 ms of
-// that clock after the park, with the deadline fixed at park, and the
-// time in purgatory an Observer is told is measured on it; otherwise every timeout is added at
-// park (docs/purgatory.md, "Long timeouts wait before they enter the
-// timer"). A nil t (or a typed nil)
-// makes New return ErrInvalidOption.
+// The timer receives each operation's timeout as a timer.Task, added at
+// the park while the operation's lock is held; whatever it wraps, the
+// Task's Run expires the operation. Its Now is the clock an Observer's
+// time in purgatory is measured on. A nil t makes New return
+// ErrInvalidOption.
 func WithTimer(t timer.Timer) Option {
 	return optionFunc(func(c *config) { c.timer, c.timerSet = t, true })
 }
@@ -122,14 +132,18 @@ func WithoutReaper() Option { return optionFunc(func(c *config) { c.noReaper = t
 // backstop.
 func WithPurgeInterval(n int) Option { return optionFunc(func(c *config) { c.purgeInterval = n }) }
 
-// WithBrokerID records the broker id, added to log lines.
-func WithBrokerID(id int) Option { return optionFunc(func(c *config) { c.brokerID = id }) }
+// WithBrokerID records the broker id, added to log lines as broker=id.
+// Without it log lines name no broker.
+func WithBrokerID(id int) Option {
+	return optionFunc(func(c *config) { c.brokerID, c.brokerSet = id, true })
+}
 
 // WithLogger sets the logger for recovered panics. The default is
 // slog.Default.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
 
-// WithShards sets the number of watcher shards. The default is 512.
+// WithShards sets the number of watcher shards, at least 1 (New returns
+// ErrInvalidOption otherwise). The default is 512.
 func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n }) }
 
 // WithMaxPending bounds the operations pending at once to n: when n are

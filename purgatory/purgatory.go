@@ -2,7 +2,6 @@ package purgatory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
-	"github.com/purgatory-go/purgatory/internal/nilcheck"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
@@ -23,23 +21,23 @@ import (
 //
 // A Purgatory is safe for concurrent use by multiple goroutines.
 type Purgatory[K comparable, T operation.DelayedOperation] struct {
-	name     string
-	brokerID int
-	logger   *slog.Logger
+	name   string
+	logger *slog.Logger
+	// logIDs are the attributes every log line starts with: the
+	// purgatory's name, and the broker id given to WithBrokerID.
+	logIDs []any
+	// ptrT says T is a pointer type, whose nil a park refuses.
+	ptrT     bool
 	watchers *watchers.Watchers[K]
 	timer    timer.Timer // nil with WithoutTimer
 	tracker  lifecycle.Tracker
 	// obs tells the Observers given to WithObserver; nil without any.
 	obs *observing[K, T]
-	// now reads the timer's clock when the timer reports it (a Now
-	// method), else the runtime's monotonic clock since New: the clock
-	// the time in purgatory is measured on, and held timeouts' deadlines
-	// are fixed on. A park reads it only when it needs it: with an
-	// Observer, or to hold a long timeout back.
+	// now reads the timer's clock (timer.Timer's Now), or with
+	// WithoutTimer the runtime's monotonic clock since New: the clock the
+	// time in purgatory is measured on. A park reads it only with an
+	// Observer.
 	now func() int64
-	// deferred holds long timeouts back (deferral.go); nil when the timer
-	// does not report its clock, or there is no timer.
-	deferred *deferral
 	// hooks are the points of TryCompleteElseWatch and CancelForKey
 	// where a test runs a competitor; nil outside this package's tests.
 	hooks *hooks
@@ -106,7 +104,6 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	}
 	p := &Purgatory[K, T]{
 		name:          name,
-		brokerID:      c.brokerID,
 		logger:        c.logger,
 		watchers:      watchers.New[K](c.shards),
 		purgeInterval: int64(c.purgeInterval),
@@ -118,6 +115,11 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	if p.logger == nil {
 		p.logger = slog.Default()
 	}
+	p.logIDs = []any{"purgatory", name}
+	if c.brokerSet {
+		p.logIDs = append(p.logIDs, "broker", c.brokerID)
+	}
+	p.ptrT = reflect.TypeFor[T]().Kind() == reflect.Pointer
 	p.tracker.OnPanic = p.recovered
 	p.leveled = leveledMode[K, T]()
 	p.tracker.MaxPending = int64(c.maxPending)
@@ -147,7 +149,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 				// The lifecycle recovers callback panics itself; this
 				// catches the rest.
 				p.tracker.AddPanic()
-				p.logger.Error("purgatory: expiry panicked", "purgatory", name, "panic", v)
+				p.logger.Error("purgatory: expiry panicked", p.logAttrs("panic", v)...)
 			}),
 		}, c.timerOpts...)
 		st, err := timer.NewSystemTimer(name, topts...)
@@ -156,10 +158,11 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
-	var timerClock bool
-	p.now, timerClock = clockOf(p.timer)
-	if timerClock {
-		p.deferred = newDeferral(p.timer, p.settleAdd)
+	if p.timer != nil {
+		p.now = func() int64 { return int64(p.timer.Now()) }
+	} else {
+		start := time.Now()
+		p.now = func() int64 { return int64(time.Since(start)) }
 	}
 	if len(c.observers) > 0 {
 		p.obs = &observing[K, T]{p: p, obs: slices.Clone(c.observers)}
@@ -174,8 +177,24 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 }
 
 func (p *Purgatory[K, T]) recovered(op any, callback string, v any) {
-	p.logger.Error("purgatory: callback panicked", "purgatory", p.name, "broker", p.brokerID,
-		"callback", callback, "operation", fmt.Sprintf("%T", op), "panic", v)
+	p.logger.Error("purgatory: callback panicked", p.logAttrs(
+		"callback", callback, "operation", fmt.Sprintf("%T", op), "panic", v)...)
+}
+
+// logAttrs returns the purgatory's identifying attributes followed by kv.
+func (p *Purgatory[K, T]) logAttrs(kv ...any) []any {
+	return append(slices.Clip(p.logIDs), kv...)
+}
+
+// isNil reports whether op is nil: a nil interface, or a nil pointer when
+// T is a pointer type. A plain comparison: reflection decided ptrT once,
+// in New.
+func (p *Purgatory[K, T]) isNil(op T) bool {
+	if any(op) == nil {
+		return true
+	}
+	var zero T
+	return p.ptrT && any(op) == any(zero)
 }
 
 // TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
@@ -208,12 +227,12 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) == 0 {
 		return false, ErrNoKeys
 	}
-	if nilcheck.IsNil(op) {
+	if p.isNil(op) {
 		return false, ErrNilOperation
 	}
 	o := lifecycle.Of(op)
 	if !lifecycle.Initialised(o) {
-		return false, errors.Join(ErrNotInitialised, operation.ErrNotInitialised)
+		return false, fmt.Errorf("%w (%w)", ErrNotInitialised, operation.ErrNotInitialised)
 	}
 	if p.closed.Load() {
 		if p.obs != nil {
@@ -241,24 +260,22 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if !ok {
 		return p.deferPark(op, o, keys, levels)
 	}
-	done, _, err := p.park(o, l, keys, levels)
+	done, err := p.park(o, keys, levels, false)
+	lifecycle.UnlockAfterPark(o, l)
 	return done, err
 }
 
 // deferPark hands the park of op, whose SharedLock is held, to whoever
 // unlocks it next: perhaps this goroutine, in a callback of an operation
 // that shares the lock, where waiting for the lock would never end. What
-// can be refused is refused now; the rest of the park, from its first
-// TryComplete on, runs at the unlock.
+// can be refused is refused now, a second park of op among it; the rest
+// of the park, from its first TryComplete on, runs at the unlock, under
+// the lock.
 func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
-	if !lifecycle.Parkable(o) {
-		p.tracker.Unreserve()
-		return false, ErrAlreadyWatched
-	}
 	held := slices.Clone(keys) // the caller may reuse its slice once we return
 	p.at(stepDeferred)
-	lifecycle.DeferPark(o, func() func() {
-		_, after, err := p.park(o, nil, held, levels)
+	deferred := lifecycle.DeferPark(o, func() {
+		_, err := p.park(o, held, levels, true)
 		switch {
 		case err == nil:
 		case lifecycle.IsCompleted(o) && !lifecycle.IsCancelled(o):
@@ -267,34 +284,42 @@ func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []in
 			// count it as an early completion, as if it had been.
 			p.tracker.CountUnparked(o, len(held))
 		default:
-			// A second park of op, racing with this one.
-			p.logger.Error("purgatory: deferred park refused", "purgatory", p.name,
-				"operation", fmt.Sprintf("%T", op), "err", err)
+			// Nothing else can refuse it: DeferPark refuses a second park
+			// while this one is deferred, and only Init clears that.
+			p.logger.Error("purgatory: deferred park refused", p.logAttrs(
+				"operation", fmt.Sprintf("%T", op), "err", err)...)
 		}
-		return after
 	})
+	if !deferred {
+		p.tracker.Unreserve()
+		return false, ErrAlreadyWatched
+	}
 	return false, nil
 }
 
-// park is TryCompleteElseWatch from the moment op's lock is held: l, which
-// it releases before it adds the timeout; or, for a park deferred by a
-// SharedLock (l nil), the lock its Unlock holds, which park leaves held,
-// returning the rest (the timeout) to run once it is released. It has
-// taken a place (Reserve) that park gives back if it parks nothing.
-func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels []int64) (done bool, after func(), err error) {
-	// A long timeout waits in the deferral before it enters the timer,
-	// with its deadline fixed now, on the timer's clock.
-	hold := p.deferred != nil && lifecycle.Timeout(o) >= deferMinTimeout
+// park is TryCompleteElseWatch from the moment op's lock is held, until
+// just before it is released; deferred says the park was deferred by a
+// held SharedLock (lifecycle.DeferPark). It has taken a place (Reserve)
+// that park gives back if it parks nothing.
+//
+// Everything happens under the lock: the park, the first TryComplete, the
+// watches, the last TryComplete and the timeout's Add. The Add is last,
+// and the operation counts as pending (NumDelayed) only once it is done:
+// a test that waits for NumDelayed and then advances a MockTimer finds
+// the timeout in the timer, its deadline measured at the park. An Add
+// never runs the expiry itself (timer.Timer), and an expiry run by
+// whoever advances the timer waits for the lock, so the Add is safe here.
+func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferred bool) (done bool, err error) {
 	var now int64
-	if hold || p.obs != nil {
+	if p.obs != nil {
 		now = p.now()
 	}
-	h, ok := lifecycle.Park(o, &p.tracker, now, hold, len(keys))
+	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
 	if !ok {
-		unlockPark(o, l)
 		p.tracker.Unreserve()
-		return false, nil, ErrAlreadyWatched
+		return false, ErrAlreadyWatched
 	}
+	defer lifecycle.Arrived(o, &p.tracker, len(keys))
 	lifecycle.ArmContext(o)
 	// Where the checks of the keys stand before the first TryComplete:
 	// the last TryComplete is needed only if a check ran meanwhile and
@@ -303,8 +328,7 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	p.watchers.Mark(keys, &marks)
 	p.at(stepParked)
 	if lifecycle.TryCompleteLocked(o) {
-		unlockPark(o, l)
-		return true, nil, nil
+		return true, nil
 	}
 	p.at(stepTried)
 	missed := false
@@ -315,66 +339,38 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, l sync.Locker, keys []K, levels 
 	}
 	p.at(stepWatched)
 	if lifecycle.LastTryLocked(o, missed) {
-		unlockPark(o, l)
-		return true, nil, nil
+		return true, nil
 	}
-	if l == nil {
-		return false, func() { p.addTimeout(o, h, hold) }, nil
-	}
-	lifecycle.UnlockAfterPark(o, l)
-	p.addTimeout(o, h, hold)
-	return false, nil, nil
+	p.addTimeout(o)
+	p.at(stepTimed)
+	return false, nil
 }
 
-// unlockPark releases the lock of a park, unless the park was deferred
-// (l nil) and the lock is its Unlock's.
-func unlockPark(o *lifecycle.Op, l sync.Locker) {
-	if l != nil {
-		lifecycle.UnlockAfterPark(o, l)
-	}
-}
-
-// addTimeout adds the timeout of o, parked with the Handle h, once its lock is
-// released (an expiry that the Add runs at once takes it): into the
-// deferral if hold, else into the timer.
-func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op, h *lifecycle.Handle, hold bool) {
-	p.at(stepUnlocked)
+// addTimeout adds the timeout of o, which its park holds the lock of. If
+// the timer refused it (it is closed: Shutdown is under way), or Shutdown
+// may have collected the pending operations before o was watched, o is
+// expired now rather than left without a timeout, unless
+// WithLeavePendingOnShutdown asks for pending operations to be left. If a
+// completion ran before the Add, its cancel found nothing to take out, and
+// the entry is taken out here (as Kafka re-checks after adding).
+func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) {
 	if p.timer != nil && !lifecycle.IsCompleted(o) {
-		if hold {
-			p.deferred.hold(o, h)
-		} else if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
+		if p.timer.Add(lifecycle.Task(o)) != nil {
+			if !p.leavePending {
+				lifecycle.ExpireLocked(o, lifecycle.Shutdown)
+			}
 			return
 		}
+		lifecycle.CancelTimerIfDone(o)
 	}
-	p.at(stepTimed)
-	// Shutdown may have collected the pending operations before this one
-	// was watched. If so, expire it here: nothing parked may hang.
 	if p.closed.Load() && !p.leavePending {
-		lifecycle.Expire(o, lifecycle.Shutdown)
+		lifecycle.ExpireLocked(o, lifecycle.Shutdown)
 	}
 }
 
 // ownWheelSize is the wheel size of the timer a purgatory makes for
 // itself (timer.WithWheelSize); WithTimerOptions can set another.
 const ownWheelSize = 256
-
-// settleAdd finishes adding o's timeout to the timer, given what the Add
-// returned, and reports whether the timeout is in place. If the timer
-// refused it (it is closed: Shutdown is under way), o is expired now
-// rather than left without a timeout, unless WithLeavePendingOnShutdown
-// asks for pending operations to be left as they are. If a completion ran
-// before the Add, its cancel found nothing to take out, and the entry is
-// taken out here (as Kafka re-checks after adding).
-func (p *Purgatory[K, T]) settleAdd(o *lifecycle.Op, err error) bool {
-	if err != nil {
-		if !p.leavePending {
-			lifecycle.Expire(o, lifecycle.Shutdown)
-		}
-		return false
-	}
-	lifecycle.CancelTimerIfDone(o)
-	return true
-}
 
 // CheckAndComplete tries to complete every operation watching key and
 // returns how many it completed. Call it when something happens that may
@@ -484,51 +480,39 @@ func (p *Purgatory[K, T]) CompleteForKey(key K, cause error) int {
 // ResetTimeout gives op, pending in this purgatory, the timeout timeout
 // from now: its deadline moves, earlier or later, and Timeout reports the
 // new one. It reports whether op was pending: false, changing nothing, if
-// it had completed (by any path, including its old deadline, which wins
-// a race with the reset once the timer has begun to expire it), been
-// cancelled, or was never parked here. A timeout of zero or less expires
-// op at once. Like a timer's Add it costs O(1), and it allocates nothing.
+// it had completed (by any path, including its old deadline, which wins a
+// race with the reset once its expiry has completed it), been cancelled,
+// was never parked here, or the purgatory has been shut down. A timeout
+// of zero or less makes op due at once: it expires on the reaper (with a
+// MockTimer, at the next Advance), never inside this call. Like a timer's
+// Add it costs O(1), and it allocates nothing.
 //
 // It is how a session is kept alive: Kafka's group coordinator completes
 // a member's heartbeat operation and parks a new one at every heartbeat;
 // here the one operation stays parked, on its keys, and its deadline moves.
 //
 // ResetTimeout takes no lock of op's, so a callback running under a lock
-// op shares may call it. After Shutdown it returns false, and op is
-// expired as Shutdown expires every pending operation (or left, with
-// WithLeavePendingOnShutdown). With WithoutTimer nothing expires: only
-// the timeout that Timeout reports changes.
+// op shares may call it. With WithoutTimer nothing expires: only the
+// timeout that Timeout reports changes.
 func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
-	if nilcheck.IsNil(op) {
+	if p.isNil(op) || p.closed.Load() {
 		return false
 	}
 	o := lifecycle.Of(op)
-	if !lifecycle.PendingIn(o, &p.tracker) {
-		return false
-	}
-	// With a deferral, op may be held: the deadline must be fixed on the
-	// timer's clock now, or the held Add would measure it from later.
-	preset := p.deferred != nil
-	var now int64
-	if preset {
-		now = p.now()
-	}
-	if !lifecycle.Reset(o, timeout, now, preset) {
+	if !lifecycle.PendingIn(o, &p.tracker) || !lifecycle.Reset(o, timeout) {
 		return false
 	}
 	p.at(stepReset)
 	if p.timer == nil {
 		return true
 	}
-	if !p.settleAdd(o, p.timer.Add(lifecycle.Task(o))) {
+	// A closed timer refuses the Add: Shutdown expires op (or leaves it)
+	// with every other pending operation, as it finds them on the watch
+	// lists once the timer is closed.
+	if p.timer.Add(lifecycle.Task(o)) != nil {
 		return false
 	}
-	if p.closed.Load() && !p.leavePending {
-		// Shutdown may have collected the pending operations before the
-		// Add put op back: expire it here, as a park does.
-		lifecycle.Expire(o, lifecycle.Shutdown)
-		return false
-	}
+	lifecycle.CancelTimerIfDone(o)
 	return true
 }
 
@@ -670,9 +654,6 @@ func (p *Purgatory[K, T]) Shutdown(ctx context.Context) error {
 				_ = p.timer.Close()
 			}
 			<-p.reaped
-			if p.deferred != nil {
-				p.deferred.clear()
-			}
 			close(p.stopped)
 		}()
 	})
@@ -718,17 +699,4 @@ func (p *Purgatory[K, T]) levels(op T, keys []K) []int64 {
 		levels[i] = lo.WatchLevel(k)
 	}
 	return levels
-}
-
-// clockOf returns the purgatory's clock: t's own if t reports it (a
-// timer.SystemTimer's or a timer.MockTimer's, or any Timer with a Now
-// method), and true; for any other timer, or none, the monotonic time
-// since New, and false. Either way it is the runtime's time, which a
-// testing/synctest bubble fakes.
-func clockOf(t timer.Timer) (now func() int64, timers bool) {
-	if c, ok := t.(interface{ Now() time.Duration }); ok {
-		return func() int64 { return int64(c.Now()) }, true
-	}
-	start := time.Now()
-	return func() int64 { return int64(time.Since(start)) }, false
 }

@@ -160,7 +160,7 @@ func TestDeferredParkWhenTheHolderLeaves(t *testing.T) {
 	assert.False(t, done)
 	assert.Equal(t, 1, p.NumDelayed(), "the park was lost")
 	assert.Equal(t, 2, p.Watched())
-	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 1, mt.Size())
 	assert.True(t, lock.TryLock())
 	lock.Unlock()
 }
@@ -215,7 +215,7 @@ func TestDeferredParkOvertakenByForceComplete(t *testing.T) {
 	assert.Equal(t, uint64(1), st.CompletedEarly)
 	assert.Equal(t, 0, st.Pending)
 	assert.Equal(t, 0, st.Watched)
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 0, mt.Size())
 	assert.Equal(t, int32(1), op.Completes.Load())
 	assert.Zero(t, op.Tries.Load(), "a completed operation was tried")
 	assert.Empty(t, logged.String())

@@ -30,7 +30,8 @@ func TestResetTimeoutSeam(t *testing.T) {
 		want result
 	}{
 		// The old deadline passes while the entry is out of the timer:
-		// nothing expires, and the new deadline holds.
+		// nothing expires, and the new deadline holds, measured from the
+		// reset's Add, which comes after this Advance.
 		{"expiry", func(_ *testing.T, _ *pg, mt *timer.MockTimer, _ *mockOp, _ context.CancelFunc) {
 			mt.Advance(2 * seamTimeout)
 		}, result{true, "expired at the new deadline"}},
@@ -57,7 +58,7 @@ func TestResetTimeoutSeam(t *testing.T) {
 			require.NoError(t, p.Shutdown(context.Background()))
 		}, result{false, "shutdown"}},
 	} {
-		for _, timeout := range []time.Duration{seamTimeout, heldTimeout} {
+		for _, timeout := range []time.Duration{seamTimeout, longTimeout} {
 			t.Run(c.name+"/"+timeout.String(), func(t *testing.T) {
 				p, mt := newMockPurgatory(t)
 				ctx, cancel := context.WithCancel(context.Background())
@@ -81,8 +82,8 @@ func TestResetTimeoutSeam(t *testing.T) {
 				switch c.want.end {
 				case "expired at the new deadline":
 					assert.False(t, op.IsCompleted(), "expired at a deadline it no longer had")
-					assert.Equal(t, 1, purgatory.TimerSize(p, mt))
-					mt.Advance(3*seamTimeout - 2*seamTimeout - time.Millisecond)
+					assert.Equal(t, 1, mt.Size())
+					mt.Advance(3*seamTimeout - time.Millisecond)
 					assert.False(t, op.IsCompleted(), "expired early")
 					mt.Advance(2 * time.Millisecond)
 					assert.True(t, op.IsExpired())
@@ -107,7 +108,7 @@ func TestResetTimeoutSeam(t *testing.T) {
 				assert.Equal(t, completes, op.Completes.Load(), "OnComplete")
 				assert.Equal(t, 0, st.Pending)
 				assert.Equal(t, 0, st.Watched)
-				assert.Equal(t, 0, purgatory.TimerSize(p, mt), "left in the timer")
+				assert.Equal(t, 0, mt.Size(), "left in the timer")
 				// A later deadline passes: nothing runs twice.
 				mt.Advance(time.Hour)
 				assert.Equal(t, completes, op.Completes.Load(), "OnComplete, after every deadline")
@@ -153,7 +154,7 @@ func TestResetTimeoutBeatsAStaleExpiry(t *testing.T) {
 	lock.Unlock()
 	<-expired
 	assert.False(t, op.IsCompleted(), "the stale expiry completed it")
-	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 1, mt.Size())
 
 	mt.Advance(seamTimeout - time.Millisecond) // its new deadline, less a tick
 	assert.False(t, op.IsCompleted(), "expired early")
@@ -163,27 +164,77 @@ func TestResetTimeoutBeatsAStaleExpiry(t *testing.T) {
 	assert.Equal(t, uint64(1), p.Stats().Expired)
 }
 
-// The expiry has claimed the operation (it will complete it) when a reset
-// comes: the reset reports false and changes nothing.
-func TestResetTimeoutLosesToAClaimedExpiry(t *testing.T) {
+// Regression (issue 30, defect 9): the expiry has found the entry fired
+// and the operation pending, and has not yet made its completing swap,
+// when a reset comes, alone or with a completion that takes no lock
+// (ForceComplete, CompleteForKey) before or after it. Whatever the order,
+// ResetTimeout's answer agrees with what happens: false only if the
+// operation had completed when it returned, and true only if the old
+// deadline did not expire it. Before, the expiry claimed the entry first:
+// the reset reported false while the operation was pending, and a
+// CompleteForKey then completed it, which never expired.
+func TestResetTimeoutAgreesWithTheExpiry(t *testing.T) {
 	t.Parallel()
-	p, mt := newMockPurgatory(t)
-	op := newOp(seamTimeout)
-	var reset []bool
-	purgatory.SetClaimedHook(p, func(o *lifecycle.Op) {
-		if o == lifecycle.Of(op) {
-			reset = append(reset, p.ResetTimeout(op, time.Hour))
-		}
-	})
-	mustPark(t, p, op, "a")
-	mt.Advance(seamTimeout)
-	assert.Equal(t, []bool{false}, reset)
-	assert.True(t, op.IsExpired())
-	assert.Equal(t, seamTimeout, op.Timeout(), "the lost reset moved the timeout")
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
-	mt.Advance(2 * time.Hour)
-	assert.Equal(t, int32(1), op.Completes.Load())
-	assert.Equal(t, uint64(1), p.Stats().Expired)
+	for _, c := range []struct {
+		name    string
+		before  func(p *pg, op *mockOp) // acts before the reset
+		after   func(p *pg, op *mockOp) // acts after it
+		wantEnd string
+	}{
+		{"reset alone", nil, nil, "expired at the new deadline"},
+		{"ForceComplete after", nil, func(_ *pg, op *mockOp) { op.ForceComplete() }, "early"},
+		{"CompleteForKey after", nil, func(p *pg, _ *mockOp) { p.CompleteForKey("a", errMoved) }, "for_key"},
+		{"ForceComplete before", func(_ *pg, op *mockOp) { op.ForceComplete() }, nil, "early"},
+		{"CompleteForKey before", func(p *pg, _ *mockOp) { p.CompleteForKey("a", errMoved) }, nil, "for_key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, mt := newMockPurgatory(t)
+			op := newOp(seamTimeout)
+			var reset, completedAtReset []bool
+			purgatory.SetClaimedHook(p, func(o *lifecycle.Op) {
+				if o != lifecycle.Of(op) || len(reset) > 0 {
+					return
+				}
+				if c.before != nil {
+					c.before(p, op)
+				}
+				reset = append(reset, p.ResetTimeout(op, time.Hour))
+				completedAtReset = append(completedAtReset, op.IsCompleted())
+				if c.after != nil {
+					c.after(p, op)
+				}
+			})
+			mustPark(t, p, op, "a")
+			mt.Advance(seamTimeout)
+			require.Len(t, reset, 1, "the expiry reached its swap once")
+			if !reset[0] {
+				assert.True(t, completedAtReset[0], "a reset that reports false finds the operation completed")
+			}
+			switch c.wantEnd {
+			case "expired at the new deadline":
+				assert.True(t, reset[0])
+				assert.False(t, op.IsCompleted(), "the old deadline expired it after a reset that won")
+				assert.Equal(t, time.Hour, op.Timeout())
+				mt.Advance(time.Hour - time.Millisecond)
+				assert.False(t, op.IsCompleted(), "expired early")
+				mt.Advance(time.Millisecond)
+				assert.True(t, op.IsExpired())
+			case "early":
+				assert.True(t, op.IsCompleted())
+				assert.False(t, op.IsExpired())
+				assert.Equal(t, uint64(1), p.Stats().CompletedEarly)
+			case "for_key":
+				assert.ErrorIs(t, op.Cause(), errMoved)
+				assert.Equal(t, uint64(1), p.Stats().CompletedForKey)
+			}
+			if !reset[0] {
+				assert.Equal(t, seamTimeout, op.Timeout(), "a reset that lost moved the timeout")
+			}
+			mt.Advance(2 * time.Hour)
+			assert.Equal(t, int32(1), op.Completes.Load())
+			assert.Equal(t, 0, mt.Size())
+		})
+	}
 }
 
 // A reset between any two steps of the operation's own park (another
@@ -192,7 +243,7 @@ func TestResetTimeoutLosesToAClaimedExpiry(t *testing.T) {
 // added at park and for one held back.
 func TestResetTimeoutDuringPark(t *testing.T) {
 	t.Parallel()
-	for _, timeout := range []time.Duration{seamTimeout, heldTimeout} {
+	for _, timeout := range []time.Duration{seamTimeout, longTimeout} {
 		for _, step := range purgatory.Steps {
 			for _, to := range []time.Duration{timeout / 2, 3 * timeout} {
 				t.Run(timeout.String()+"/"+step.String()+"/to-"+to.String(), func(t *testing.T) {
@@ -216,7 +267,7 @@ func TestResetTimeoutDuringPark(t *testing.T) {
 					assert.Equal(t, int32(1), op.Expiries.Load())
 					mt.Advance(4 * timeout)
 					assert.Equal(t, int32(1), op.Completes.Load())
-					assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+					assert.Equal(t, 0, mt.Size())
 				})
 			}
 		}

@@ -46,7 +46,7 @@ func TestResetTimeoutMovesTheDeadline(t *testing.T) {
 			st := p.Stats()
 			assert.Equal(t, uint64(2), st.Expired)
 			assert.Equal(t, 0, st.Pending)
-			assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+			assert.Equal(t, 0, mt.Size())
 		})
 	}
 }
@@ -62,12 +62,12 @@ func TestResetTimeoutKeepsOneEntryAndTheWatches(t *testing.T) {
 		require.True(t, p.ResetTimeout(op, 100*time.Millisecond))
 		mt.Advance(10 * time.Millisecond)
 	}
-	assert.Equal(t, 1, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 1, mt.Size())
 	assert.Equal(t, 1, p.NumDelayed())
 	assert.Equal(t, 2, p.Watched())
 	op.Ready.Store(true)
 	assert.Equal(t, 1, p.CheckAndComplete("b"))
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 0, mt.Size())
 	assert.False(t, op.IsExpired())
 }
 

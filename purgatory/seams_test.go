@@ -113,16 +113,14 @@ var competitors = []seamCompetitor{
 }
 
 // lockHeld reports whether TryCompleteElseWatch holds the operation's lock
-// at step.
-func lockHeld(step purgatory.Step) bool { return step <= purgatory.StepWatched }
+// at step: at every one, the timer's Add (stepInAdd) included.
+func lockHeld(purgatory.Step) bool { return true }
 
-// seamTimeout is the seam tests' operations' timeout: below the deferral's
-// threshold, so that the timeout enters the timer at park, between the
-// steps. heldTimeout is above it: the timeout waits in the deferral, its
-// deadline fixed between the steps.
+// seamTimeout is the seam tests' operations' timeout; longTimeout a second
+// one, of a coarser level of the wheels.
 const (
 	seamTimeout = 500 * time.Millisecond
-	heldTimeout = time.Second
+	longTimeout = time.Second
 )
 
 // stepInAdd is one more point, inside the timer's Add, before the entry is
@@ -143,15 +141,14 @@ func (a *addHookTimer) Add(task timer.Task) error {
 
 // TestSeams runs every competitor at every step three times: with the
 // MockTimer wrapped (Add has a step inside it), with the MockTimer itself,
-// and with a timeout long enough to be held back (the park fixes its
-// deadline and queues it for the deferral's tick instead of adding it).
+// and with a longer timeout.
 func TestSeams(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"wrapped/", "direct/", "held/"} {
+	for _, mode := range []string{"wrapped/", "direct/", "long/"} {
 		wrapped := mode == "wrapped/"
 		timeout := seamTimeout
-		if mode == "held/" {
-			timeout = heldTimeout
+		if mode == "long/" {
+			timeout = longTimeout
 		}
 		steps := purgatory.Steps
 		if wrapped {
@@ -257,11 +254,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 		st := p.Stats()
 		assert.Equal(t, 1, st.Pending)
 		assert.Equal(t, len(seamKeys)-1+1, st.Watched, "watched on both keys")
-		inTimer := 1
-		if timeout == heldTimeout && c.name != "ResetTimeout" {
-			inTimer = 0 // held for the deferral's tick; a reset adds it
-		}
-		assert.Equal(t, inTimer, purgatory.TimerSize(p, mt))
+		assert.Equal(t, 1, mt.Size(), "its timeout in the timer")
 		require.NoError(t, p.Shutdown(context.Background()))
 		want = "shutdown"
 	}
@@ -272,7 +265,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 	// The call reports true only when its own last TryComplete completed
 	// the operation: a check leaves a note while the lock is held, and the
 	// last TryComplete, which sees Ready, does it.
-	wantDone := c.name == "CheckAndComplete" && lockHeld(step)
+	wantDone := c.name == "CheckAndComplete" && step <= purgatory.StepWatched
 	assert.Equal(t, wantDone, done, "TryCompleteElseWatch's result")
 
 	var stats purgatory.Stats
@@ -310,7 +303,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 	assert.Equal(t, completes, s.op.Completes.Load(), "OnComplete")
 	assert.Equal(t, expiries, s.op.Expiries.Load(), "OnExpiration")
 	assert.Equal(t, cause, s.op.Cause())
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt), "left in the timer")
+	assert.Equal(t, 0, mt.Size(), "left in the timer")
 
 	// Nothing the purgatory, its timer or the context holds still reaches
 	// the operation.
@@ -367,7 +360,7 @@ func TestCancelForKeySeam(t *testing.T) {
 			assert.Equal(t, uint64(0), st.Cancelled)
 			assert.Equal(t, 0, st.Pending)
 			assert.Equal(t, 0, st.Watched)
-			assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+			assert.Equal(t, 0, mt.Size())
 		})
 	}
 }

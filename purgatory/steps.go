@@ -6,14 +6,13 @@ package purgatory
 // exactly there.
 type step int
 
-// The steps, in order. The first three run with the operation's lock held.
+// The steps, in order. Every one runs with the operation's lock held.
 const (
-	stepParked      step = iota // parked, counted and its keys' checks marked, before the first TryComplete
+	stepParked      step = iota // parked and its keys' checks marked, before the first TryComplete
 	stepTried                   // the first TryComplete failed, before watching
 	stepBetweenKeys             // watched on some keys, not yet on the rest
 	stepWatched                 // watched on every key, before the last TryComplete
-	stepUnlocked                // lock released, before the timeout is added
-	stepTimed                   // the timeout is added, before the final checks
+	stepTimed                   // the timeout is added, before the operation counts as pending
 
 	// stepCancelRemoved is in CancelForKey and CompleteForKey: the key's
 	// list is removed, its operations not yet cancelled or completed.

@@ -193,7 +193,7 @@ func TestNoLostWakeUpStorm(t *testing.T) {
 	require.Empty(t, lost, "operations made completable and checked, but still pending")
 	assert.Equal(t, 0, p.NumDelayed())
 	assert.Equal(t, 0, p.Watched())
-	assert.Equal(t, 0, purgatory.TimerSize(p, mt))
+	assert.Equal(t, 0, mt.Size())
 	assert.Equal(t, uint64(n), p.Stats().CompletedEarly)
 }
 

@@ -145,10 +145,11 @@ func (b *bucket) len() int {
 	return n
 }
 
-// holds reports whether l is one of b's stripes. It is for tests.
-func (b *bucket) holds(l *tasklist.List) bool {
+// holds reports whether e is linked into one of b's stripes. It is for
+// tests.
+func (b *bucket) holds(e *tasklist.Entry) bool {
 	for i := range b.stripes {
-		if &b.stripes[i] == l {
+		if e.In(&b.stripes[i]) {
 			return true
 		}
 	}

@@ -9,7 +9,7 @@ import (
 // to [reaperPoll] each time, so that expired tasks run without anyone else
 // calling AdvanceClock. It is Kafka's SystemTimerReaper.
 //
-// A Reaper is itself a Timer: Add, Size and AdvanceClock go to the wrapped
+// A Reaper is itself a Timer: Add, Now, Size and AdvanceClock go to the wrapped
 // timer. Close stops the goroutine (waking it at once when the timer is one of
 // this package's), waits for it, then closes the wrapped timer.
 type Reaper struct {
@@ -60,6 +60,9 @@ func (r *Reaper) AdvanceClock(timeout time.Duration) bool { return r.t.AdvanceCl
 
 // Size implements [Timer].
 func (r *Reaper) Size() int { return r.t.Size() }
+
+// Now implements [Timer]: the wrapped timer's clock.
+func (r *Reaper) Now() time.Duration { return r.t.Now() }
 
 // Close implements [Timer]. It is idempotent and returns the wrapped timer's
 // Close error.

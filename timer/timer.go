@@ -15,10 +15,21 @@ import (
 // Timer runs tasks after their delays.
 type Timer interface {
 	// Add schedules task to run once its delay has elapsed, measured from
-	// now. A delay of zero or less runs it at once. Adding a task that is
-	// already pending moves it to the new deadline; it is counted once.
+	// Now. A delay of zero or less makes it due at once. Adding a task that
+	// is already pending moves it to the new deadline; it is counted once.
 	// After Close, Add returns ErrClosed and neither runs nor keeps the task.
+	//
+	// Add never runs the task itself: a due task runs on whatever advances
+	// the timer (AdvanceClock, a Reaper, a MockTimer's Advance). A
+	// purgatory adds timeouts while holding the operation's lock, which
+	// the expiry takes, so an implementation that ran a due task inside Add
+	// would deadlock there.
 	Add(task Task) error
+
+	// Now reads the clock the timer measures deadlines on: a monotonic
+	// duration from an origin of the timer's choosing. A purgatory reads
+	// it to time an operation's stay.
+	Now() time.Duration
 
 	// AdvanceClock waits up to timeout for the earliest bucket of tasks to be
 	// due, then expires every due task. It reports whether it expired any
@@ -224,9 +235,7 @@ func (t *SystemTimer) Add(task Task) error {
 	if t.hooks != nil && t.hooks.clockRead != nil {
 		t.hooks.clockRead()
 	}
-	if !e.HasPresetDeadline() {
-		e.Expire = tasklist.Deadline(int64(e.LoadDelay()), now)
-	}
+	e.Expire = tasklist.Deadline(int64(e.LoadDelay()), now)
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()

@@ -269,6 +269,7 @@ type fakeTimer struct {
 }
 
 func (f *fakeTimer) Add(timer.Task) error { return nil }
+func (f *fakeTimer) Now() time.Duration   { return 0 }
 func (f *fakeTimer) AdvanceClock(d time.Duration) bool {
 	f.advances.Add(1)
 	time.Sleep(time.Millisecond)

@@ -7,17 +7,19 @@
 //
 // # States and transitions
 //
-// The state is one 32-bit word (the Aux word of the operation's timer
+// The state is one 64-bit word (the Aux word of the operation's timer
 // entry, tasklist.Entry), changed only by compare-and-swap:
 //
 //	bit 0      completed (terminal)
 //	bits 1-3   how it completed: early, expired, context, shutdown, for a key
-//	bit 4      parked: counted in its Tracker's pending
+//	bit 4      parked: its park is published
 //	bit 5      a check found the lock held and left a note
 //	bits 6-7   the operation's own lock (lock.go)
 //	bit 8      fat: the Handle carries a lock given to WithLock, or a context
 //	bit 9      cancelled (terminal unless completed by ForceComplete)
-//	bits 10-31 live watch entries, counted in the Tracker's watched
+//	bit 10     a park is deferred to the holder of its SharedLock (DeferPark)
+//	bits 11-31 live watch entries, counted in the Tracker's watched
+//	bits 32-63 resets: how many times Reset moved the deadline
 //
 // Every transition that counts is one compare-and-swap, and the counts move
 // with it: the winner of completed learns from the word it replaced whether
@@ -86,24 +88,35 @@ func (o *Op) entry() *tasklist.Entry { return tasklist.EntryOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
-	stCompleted uint32 = 1 << 0
+	stCompleted uint64 = 1 << 0
 	kindShift          = 1
-	kindMask    uint32 = 7 << kindShift
-	stParked    uint32 = 1 << 4
-	stTryAgain  uint32 = 1 << 5
-	stLocked    uint32 = 1 << 6
-	stWaiters   uint32 = 1 << 7
-	stFat       uint32 = 1 << 8
-	stCancelled uint32 = 1 << 9
+	kindMask    uint64 = 7 << kindShift
+	stParked    uint64 = 1 << 4
+	stTryAgain  uint64 = 1 << 5
+	stLocked    uint64 = 1 << 6
+	stWaiters   uint64 = 1 << 7
+	stFat       uint64 = 1 << 8
+	stCancelled uint64 = 1 << 9
+	stDeferred  uint64 = 1 << 10
 
-	watchShift        = 10
-	watchOne   uint32 = 1 << watchShift
+	watchShift        = 11
+	watchOne   uint64 = 1 << watchShift
 	flagBits          = watchOne - 1
+	watchMask  uint64 = 1<<32 - watchOne
+
+	resetShift        = 32
+	resetOne   uint64 = 1 << resetShift
 
 	// MaxKeys is the most keys one operation can be watched on: its live
-	// watch entries are counted in the state's top 22 bits.
+	// watch entries are counted in 21 bits of the state.
 	MaxKeys = 1<<(32-watchShift) - 1
+
+	// unparkable are the bits that refuse a park.
+	unparkable = stParked | stCompleted | stCancelled | stDeferred
 )
+
+// watches returns the live watch entries counted in the state s.
+func watches(s uint64) uint32 { return uint32((s & watchMask) >> watchShift) }
 
 // Kind says how an operation completed.
 type Kind uint32
@@ -124,7 +137,7 @@ const (
 	Cancelled Kind = Kinds
 )
 
-func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
+func (o *Op) word() *atomic.Uint64 { return &o.entry().Aux }
 
 func (o *Op) self() Callbacks { return o.entry().Owner.(Callbacks) }
 
@@ -240,7 +253,7 @@ type Options struct {
 // second Init of a parked operation.
 func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	s := o.word().Load() // no one else writes it before the park
-	if s&(stParked|stCompleted|stCancelled) != 0 {
+	if s&unparkable != 0 {
 		panic("operation: Init of an operation already parked, completed or cancelled")
 	}
 	if _, ok := self.(expirer); !ok {
@@ -321,8 +334,15 @@ func KeyCause(o *Op) error {
 // CompleteWith completes a parked operation as ForKey, with cause as what
 // KeyCause reports, and reports whether this call completed it. Like
 // ForceComplete it takes no lock, so that it may be called from a callback
-// running under a lock the operation shares. If several calls race, the
-// cause is the first one stored, whichever call completes it.
+// running under a lock the operation shares.
+//
+// The call that stores its cause first is the only one that may complete
+// the operation as ForKey: others report false at once, as they would
+// after its completion. So when several calls race (CompleteForKey on two
+// of its keys), the call that counts the operation is the one whose cause
+// it reports. The storing call may still lose the completion itself to
+// another kind (a ForceComplete, an expiry); its cause is then never
+// reported.
 func CompleteWith(o *Op, cause *error) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
@@ -336,7 +356,9 @@ func CompleteWith(o *Op, cause *error) bool {
 			x = h.ext.Load()
 		}
 	}
-	x.cause.CompareAndSwap(nil, cause)
+	if !x.cause.CompareAndSwap(nil, cause) {
+		return false
+	}
 	if hk := o.t.Hooks; hk != nil && hk.CauseStored != nil {
 		hk.CauseStored(o)
 	}
@@ -355,27 +377,35 @@ func ForceComplete(o *Op) bool { return o.complete(Early, false) }
 // count, and so decides in one step who won and what to uncount.
 func (o *Op) complete(k Kind, needParked bool) bool {
 	w := o.word()
-	var s uint32
-	var end int64
-	for read := false; ; {
-		s = w.Load()
+	for {
+		s := w.Load()
 		if s&stCompleted != 0 || needParked && s&stParked == 0 {
 			return false
 		}
-		// The end of the time in purgatory is read before the swap: on an
-		// operation parked on another core the swap waits for the line
-		// to come over, and a clock read after it would wait too. A read
-		// for a completion that then loses the swap is wasted, and rare.
-		// Once the operation is seen parked, its Tracker is safe to read.
-		if !read && s&stParked != 0 {
-			if obs := o.t.Obs; obs != nil {
-				end = obs.Now()
-			}
-			read = true
+		if o.completeFrom(s, k) {
+			return true
 		}
-		if w.CompareAndSwap(s, (s|stCompleted|uint32(k)<<kindShift)&^stParked&flagBits) {
-			break
+	}
+}
+
+// completeFrom completes the operation as k if its state is still s, one
+// compare-and-swap, and then does what the winner does: uncount, release,
+// tell the Observer, call OnComplete (and OnExpiration for an expiry). It
+// reports false, doing nothing, if the state has changed.
+func (o *Op) completeFrom(s uint64, k Kind) bool {
+	// The end of the time in purgatory is read before the swap: on an
+	// operation parked on another core the swap waits for the line to
+	// come over, and a clock read after it would wait too. A read for a
+	// completion that then loses the swap is wasted, and rare. Once the
+	// operation is seen parked, its Tracker is safe to read.
+	var end int64
+	if s&stParked != 0 {
+		if obs := o.t.Obs; obs != nil {
+			end = obs.Now()
 		}
+	}
+	if !o.word().CompareAndSwap(s, (s|stCompleted|uint64(k)<<kindShift)&^(stParked|stDeferred)&flagBits) {
+		return false
 	}
 	// Only an operation that was parked (or cancelled, after a park) has a
 	// Tracker this goroutine may read: the CAS it observed comes after
@@ -386,7 +416,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 	}
 	if s&stParked != 0 {
 		st := t.stripe(o)
-		st.left.Add(counts(s >> watchShift))
+		st.left.Add(counts(watches(s)))
 		st.done[k].Add(1)
 		t.release()
 	}
@@ -460,19 +490,42 @@ func finish(o *Op, k Kind) bool {
 }
 
 // expire is finish for a run of the operation's timer entry by a package
-// timer timer: the run counts only if Reset has not moved the deadline
-// since the entry fired (tasklist.Entry.ClaimRun). The claim is made under
-// the lock, and with the operation parked, so that a stale run neither
-// completes the operation nor stops a Reset that comes before it.
+// timer timer. The run is stale, and does nothing, if Reset has moved the
+// deadline since the entry fired: the entry is then cancelled or pending
+// again (no longer fired), or a Reset's count in the state word has moved
+// since this run read it.
+//
+// The two checks make the expiry and a Reset, which takes no lock, one
+// decision. The state is read first, then the entry. A Reset reschedules
+// the entry first, then counts itself in the state with a swap that needs
+// the operation pending (Reset). If the Reset's reschedule came before the
+// entry check, the run sees it; if after, its count comes after the
+// state read here, and either the completing swap below fails on it (the
+// run is stale, the Reset reports true) or the swap comes first and the
+// Reset's fails (the operation expired at its old deadline, and the
+// Reset reports false). Completions that take no lock (ForceComplete,
+// CompleteWith) race the swap as they race any completion.
 func expire(o *Op) bool {
 	l := o.lock()
 	l.Lock()
 	done := false
-	if o.word().Load()&(stParked|stCompleted) == stParked && o.entry().ClaimRun() {
+	w := o.word()
+	for {
+		s := w.Load()
+		if s&(stParked|stCompleted) != stParked || !o.entry().IsFired() {
+			break
+		}
 		if hk := o.t.Hooks; hk != nil && hk.Claimed != nil {
 			hk.Claimed(o)
 		}
-		done = o.complete(Expired, true)
+		if done = o.completeFrom(s, Expired); done {
+			break
+		}
+		if w.Load()>>resetShift != s>>resetShift {
+			// A Reset has counted itself since s was read: stale.
+			break
+		}
+		// Some other bit changed (a note left by a check): look again.
 	}
 	o.unlockAndRecheck(l)
 	return done
@@ -481,29 +534,34 @@ func expire(o *Op) bool {
 // Expire completes a parked operation as k: Expired, Context or Shutdown.
 func Expire(o *Op, k Kind) bool { return finish(o, k) }
 
+// ExpireLocked is Expire for a caller that holds the operation's lock: a
+// park that finds the purgatory shut down.
+func ExpireLocked(o *Op, k Kind) bool { return o.complete(k, true) }
+
 // Park makes the operation pending in the purgatory that counts in t, and
-// returns the Handle its watch lists are to hold; now is a clock reading,
-// from which the time in purgatory is measured (with t.Obs set, on
-// t.Obs's clock) and, with preset, the timer deadline is fixed
-// (PresetDeadline: the Add that comes later keeps it); watches is how
-// many watch entries the caller will push for it, counted here in the
-// same locked add and swap as the park itself. The deadline is fixed
-// before the swap, so that a Reset that follows the park is never undone
-// by it. If the
-// operation completes before the entries are pushed, its completion
-// uncounts them and the pushed entries are tombstones from the start. It
-// fails if the operation is already parked, completed or cancelled. The
-// caller holds the lock (Lock), so two Parks of one operation cannot
-// interleave.
+// returns the Handle its watch lists are to hold; now is a reading of
+// t.Obs's clock, from which the time in purgatory is measured (with t.Obs
+// set); watches is how many watch entries the caller will push for it,
+// recorded in the same swap as the park itself. If the operation completes
+// before the entries are pushed, its completion uncounts them and the
+// pushed entries are tombstones from the start. It fails if the operation
+// is already parked, completed or cancelled, or if another park of it is
+// deferred (MarkDeferred); deferred says that this park is the deferred
+// one. The caller holds the lock (Lock), so two Parks of one operation
+// cannot interleave.
+//
+// Park does not count the operation as pending: the caller does, with
+// Arrived, once its timeout is in the timer, so that a test that waits for
+// NumDelayed and then advances a MockTimer finds the timeout there. Until
+// then a completion may be counted before the arrival it follows; Live
+// tells such a transient negative from a count.
 //
 // The Tracker and the Handle are published before the compare-and-swap
 // that parks, so a ForceComplete racing with Park either completes an
-// unparked operation (Park then fails) or sees both (and uncounts the
-// park). The arrival is counted before the swap and taken back if it
-// fails, so that the pending count never dips below zero.
-func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool) {
+// unparked operation (Park then fails) or sees both.
+func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
 	w := o.word()
-	if w.Load()&(stParked|stCompleted|stCancelled) != 0 {
+	if !parkable(w.Load(), deferred) {
 		return nil, false
 	}
 	// An operation parks at most once, so a fat one keeps the Handle Init
@@ -529,22 +587,13 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 		x.parked = now
 		x.obs = t.Obs.Parked(o, x.ctx, watches)
 	}
-	if preset {
-		// Never added (never parked), so no timer reads the entry yet.
-		e := o.entry()
-		e.PresetDeadline(tasklist.Deadline(int64(e.LoadDelay()), now))
-	}
 	o.t = t
-	st := t.stripe(o)
-	c := counts(uint32(watches))
-	st.arrived.Add(c)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}
 	for {
 		s := w.Load()
-		if s&(stParked|stCompleted|stCancelled) != 0 {
-			st.arrived.Add(-c)
+		if !parkable(s, deferred) {
 			h.op.Store(nil)
 			if x != nil {
 				// Only a ForceComplete can get here (the caller holds
@@ -557,15 +606,42 @@ func Park(o *Op, t *Tracker, now int64, preset bool, watches int) (*Handle, bool
 			}
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
+		if w.CompareAndSwap(s, s&^stDeferred|stParked|uint64(watches)<<watchShift) {
 			return h, true
 		}
 	}
 }
 
-// Parkable reports whether the operation could be parked now: it is not
-// parked, completed or cancelled.
-func Parkable(o *Op) bool { return o.word().Load()&(stParked|stCompleted|stCancelled) == 0 }
+// parkable reports whether an operation in state s may be parked: not
+// parked, completed or cancelled, and deferred (stDeferred) exactly when
+// the park is the deferred one.
+func parkable(s uint64, deferred bool) bool {
+	return s&(stParked|stCompleted|stCancelled) == 0 && (s&stDeferred != 0) == deferred
+}
+
+// Arrived counts the operation, parked with watches watch entries, as
+// pending in t. Call it once after each successful Park, whether or not
+// the operation is still pending.
+func Arrived(o *Op, t *Tracker, watches int) {
+	t.stripe(o).arrived.Add(counts(uint32(watches)))
+}
+
+// MarkDeferred records that a park of the operation is deferred to the
+// holder of its SharedLock, and reports false if the operation is parked,
+// completed, cancelled, or has a park deferred already: that second park
+// is refused at once, as a park of a parked operation is.
+func MarkDeferred(o *Op) bool {
+	w := o.word()
+	for {
+		s := w.Load()
+		if s&unparkable != 0 {
+			return false
+		}
+		if w.CompareAndSwap(s, s|stDeferred) {
+			return true
+		}
+	}
+}
 
 // ArmContext starts watching the operation's context, if it has one: when
 // the context ends, the operation completes as Context. Call it after Park.
@@ -602,7 +678,7 @@ func Cancel(o *Op) bool {
 	l := o.lock()
 	l.Lock()
 	w := o.word()
-	var s uint32
+	var s uint64
 	for {
 		s = w.Load()
 		if s&stParked == 0 || s&stCompleted != 0 {
@@ -615,7 +691,7 @@ func Cancel(o *Op) bool {
 	}
 	t := o.t
 	st := t.stripe(o)
-	st.left.Add(counts(s >> watchShift))
+	st.left.Add(counts(watches(s)))
 	st.cancelled.Add(1)
 	t.release()
 	o.release(true)
@@ -642,20 +718,37 @@ func PendingIn(o *Op, t *Tracker) bool {
 	return o.word().Load()&(stParked|stCompleted) == stParked && o.t == t
 }
 
-// Reset gives a parked operation the timeout d, from now: with preset,
-// its timer deadline is fixed at now+d on the timer's clock (now is a
-// reading of it); otherwise the next Add measures d from its own clock.
-// The timer entry is left cancelled: the caller adds it again
-// (Task). It reports false if the operation is not pending, or if its
-// old deadline won: its timer entry fired and its expiry claimed it.
+// Reset gives a parked operation the timeout d, measured by the timer's
+// next Add of its entry (Task), which the caller makes if Reset reports
+// true. It reports false, changing nothing, if the operation is not
+// pending: it completed (by any path, its old deadline included) or was
+// cancelled before the Reset counted itself.
 //
 // It takes no lock: a callback running under a lock the operation shares
-// may call it. The entry's add-lock orders it with Adds of the entry, and
-// the claim of its run with the expiry (expire).
-func Reset(o *Op, d time.Duration, now int64, preset bool) bool {
-	if o.word().Load()&(stParked|stCompleted) != stParked {
+// may call it. It first reschedules the entry (cancelled, with the new
+// delay), then counts itself in the state word with a swap that needs the
+// operation pending. An expiry that fired before it finds either the
+// entry rescheduled or the count moved, and does nothing (expire); if the
+// expiry's completing swap came first, this one fails and the delay is
+// put back.
+func Reset(o *Op, d time.Duration) bool {
+	w := o.word()
+	if w.Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
-	d = min(d, MaxTimeout)
-	return o.entry().Reschedule(d, tasklist.Deadline(int64(d), now), preset)
+	e := o.entry()
+	old := e.Reschedule(min(d, MaxTimeout))
+	if hk := o.t.Hooks; hk != nil && hk.Rescheduled != nil {
+		hk.Rescheduled(o)
+	}
+	for {
+		s := w.Load()
+		if s&(stParked|stCompleted) != stParked {
+			e.SetDelay(old)
+			return false
+		}
+		if w.CompareAndSwap(s, s+resetOne) {
+			return true
+		}
+	}
 }

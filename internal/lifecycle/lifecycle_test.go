@@ -32,7 +32,7 @@ func TestInitAgainDropsOptions(t *testing.T) {
 	// Parked, it gets a plain Handle, which must not be read as the
 	// options' (fat) one.
 	var tr lifecycle.Tracker
-	h, ok := lifecycle.Park(lo, &tr, 0, false, 1)
+	h, ok := parkCounted(lo, &tr, 0, 1, false)
 	assert.True(t, ok)
 	assert.Equal(t, l, lifecycle.Lock(lo))
 	assert.True(t, o.ForceComplete())
@@ -75,10 +75,10 @@ func TestParkCountsOnce(t *testing.T) {
 	var tr lifecycle.Tracker
 	o := optest.New(0)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &tr, 0, false, 3)
+	h, ok := parkCounted(lo, &tr, 0, 3, false)
 	assert.True(t, ok)
 	assert.Same(t, lo, h.Op())
-	_, ok = lifecycle.Park(lo, &tr, 0, false, 5)
+	_, ok = parkCounted(lo, &tr, 0, 5, false)
 	assert.False(t, ok, "parked twice")
 	c := tr.Counts()
 	assert.Equal(t, int64(1), c.Pending)
@@ -90,7 +90,7 @@ func TestParkCountsOnce(t *testing.T) {
 	assert.Equal(t, int64(0), c.Pending)
 	assert.Equal(t, int64(0), c.Watched)
 	assert.Equal(t, uint64(1), c.Done[lifecycle.Early])
-	_, ok = lifecycle.Park(lo, &tr, 0, false, 0)
+	_, ok = parkCounted(lo, &tr, 0, 0, false)
 	assert.False(t, ok, "a completed operation parked again")
 	assert.Equal(t, int64(0), tr.Counts().Pending)
 }
@@ -101,12 +101,12 @@ func TestCancel(t *testing.T) {
 	var tr lifecycle.Tracker
 	o := optest.New(0)
 	lo := lifecycle.Of(o)
-	h, _ := lifecycle.Park(lo, &tr, 0, false, 2)
+	h, _ := parkCounted(lo, &tr, 0, 2, false)
 	assert.True(t, lifecycle.Cancel(lo))
 	assert.False(t, lifecycle.Cancel(lo))
 	assert.Nil(t, h.Op())
 	assert.False(t, o.IsCompleted())
-	_, ok := lifecycle.Park(lo, &tr, 0, false, 0)
+	_, ok := parkCounted(lo, &tr, 0, 0, false)
 	assert.False(t, ok)
 	o.Ready.Store(true)
 	assert.False(t, lifecycle.TryComplete(lo), "checks leave a cancelled operation alone")
@@ -124,7 +124,7 @@ func TestExpireNeedsParked(t *testing.T) {
 	assert.False(t, lifecycle.Expire(lo, lifecycle.Expired), "never parked")
 	assert.Equal(t, int32(0), o.Completes.Load())
 	var tr lifecycle.Tracker
-	lifecycle.Park(lo, &tr, 0, false, 0)
+	parkCounted(lo, &tr, 0, 0, false)
 	assert.True(t, lifecycle.Expire(lo, lifecycle.Expired))
 	assert.Equal(t, int32(1), o.Expiries.Load())
 	assert.True(t, o.IsExpired())
@@ -141,4 +141,14 @@ func TestReserve(t *testing.T) {
 	assert.False(t, tr.Reserve())
 	tr.Unreserve()
 	assert.True(t, tr.Reserve())
+}
+
+// parkCounted parks o and, if that succeeds, counts it as pending, as a
+// purgatory's park does once the timeout is in its timer.
+func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {
+	h, ok := lifecycle.Park(o, t, now, watches, deferred)
+	if ok {
+		lifecycle.Arrived(o, t, watches)
+	}
+	return h, ok
 }

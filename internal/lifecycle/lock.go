@@ -115,7 +115,7 @@ func (o *Op) lock() sync.Locker {
 func Lock(o *Op) sync.Locker { return o.lock() }
 
 // clear clears bit and reports whether this call cleared it.
-func (o *Op) clear(bit uint32) bool {
+func (o *Op) clear(bit uint64) bool {
 	w := o.word()
 	for {
 		s := w.Load()
@@ -213,12 +213,21 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // DeferPark has park run by whoever holds the operation's SharedLock when
 // it unlocks it, just before it does, or at once, holding the lock, if it
 // was unlocked meanwhile. park runs with the lock held and must not
-// release it; what it returns, if not nil, runs once the lock is
-// released. So the park is finished inside the critical section that
+// release it. So the park is finished inside the critical section that
 // asked for it, as under Kafka's re-entrant lock: no other goroutine can
 // take the lock and find the operation half parked. Call it only for an
 // operation whose LockForPark reported false.
-func DeferPark(o *Op, park func() (after func())) { o.fat().sharedLock().deferPark(park) }
+//
+// It reports false, deferring nothing, if the operation cannot be parked:
+// it is parked, completed or cancelled, or another park of it is deferred
+// already (MarkDeferred). The deferred park must pass deferred to Park.
+func DeferPark(o *Op, park func()) bool {
+	if !MarkDeferred(o) {
+		return false
+	}
+	o.fat().sharedLock().deferPark(park)
+	return true
+}
 
 // UnlockAfterPark releases the lock taken by LockForPark and makes any
 // check that was skipped meanwhile.
@@ -278,7 +287,7 @@ type SharedLock struct {
 	mu      sync.Mutex
 	pmu     sync.Mutex // guards pending and parks
 	pending []*Op
-	parks   []func() (after func()) // each runs holding mu (DeferPark)
+	parks   []func() // each runs holding mu (DeferPark)
 }
 
 // Lock locks l.
@@ -291,7 +300,6 @@ func (l *SharedLock) TryLock() bool { return l.mu.TryLock() }
 // those parks make included), unlocks l, and then checks every operation
 // whose check found l held.
 func (l *SharedLock) Unlock() {
-	var after []func()
 	for {
 		l.pmu.Lock()
 		parks := l.parks
@@ -301,15 +309,10 @@ func (l *SharedLock) Unlock() {
 			break
 		}
 		for _, park := range parks {
-			if f := park(); f != nil {
-				after = append(after, f)
-			}
+			park()
 		}
 	}
 	l.mu.Unlock()
-	for _, f := range after {
-		f()
-	}
 	for {
 		l.pmu.Lock()
 		ops := l.pending
@@ -333,7 +336,7 @@ func (l *SharedLock) Unlock() {
 
 // deferPark leaves park for whoever unlocks l next. If l was unlocked
 // before park was listed, nobody may come: take l and unlock it here.
-func (l *SharedLock) deferPark(park func() (after func())) {
+func (l *SharedLock) deferPark(park func()) {
 	l.pmu.Lock()
 	l.parks = append(l.parks, park)
 	l.pmu.Unlock()

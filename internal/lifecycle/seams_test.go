@@ -58,7 +58,7 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	o := newSeamOp(context.Background())
 	var tr Tracker
 	at(&tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
-	h, ok := Park(&o.Op, &tr, 0, false, 0)
+	h, ok := parkCounted(&o.Op, &tr, 0, 0, false)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
@@ -82,7 +82,7 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 		require.NotNil(t, o.h.Op(), "Park has filled in the Handle")
 		require.True(t, ForceComplete(o))
 	})
-	h, ok := Park(&o.Op, &tr, 0, false, 0)
+	h, ok := parkCounted(&o.Op, &tr, 0, 0, false)
 	assert.False(t, ok)
 	assert.Nil(t, h)
 	assert.Same(t, initHandle, o.h, "Park keeps Init's Handle")
@@ -103,7 +103,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 	defer cancel()
 	o := newSeamOp(ctx)
 	var tr Tracker
-	_, ok := Park(&o.Op, &tr, 0, false, 0)
+	_, ok := parkCounted(&o.Op, &tr, 0, 0, false)
 	require.True(t, ok)
 	at(&tr, "registered", func(o *Op) {
 		require.Nil(t, o.fat().stop.Load(), "not stored yet")
@@ -168,7 +168,7 @@ func clockWith(end int64, f func()) (*Tracker, *recordingObserver) {
 func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, r := clockWith(int64(5*time.Millisecond), func() { require.True(t, Expire(&o.Op, Expired)) })
-	_, ok := Park(&o.Op, tr, 1, false, 0)
+	_, ok := parkCounted(&o.Op, tr, 1, 0, false)
 	require.True(t, ok)
 
 	assert.False(t, ForceComplete(&o.Op))
@@ -188,7 +188,7 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, r := clockWith(int64(5*time.Millisecond), func() { require.True(t, Cancel(&o.Op)) })
-	_, ok := Park(&o.Op, tr, 0, false, 0)
+	_, ok := parkCounted(&o.Op, tr, 0, 0, false)
 	require.True(t, ok)
 
 	assert.True(t, ForceComplete(&o.Op))
@@ -211,7 +211,7 @@ func TestForceCompleteBeforeParkCASIsToldToTheObserver(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, r := clockWith(7, nil)
 	at(tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
-	_, ok := Park(&o.Op, tr, 3, false, 2)
+	_, ok := parkCounted(&o.Op, tr, 3, 2, false)
 	assert.False(t, ok)
 	assert.Equal(t, Counts{}, tr.Counts())
 	require.Len(t, r.events, 2)
@@ -224,7 +224,7 @@ func TestTriesAreCounted(t *testing.T) {
 	o := newSeamOp(context.Background())
 	tr, r := clockWith(0, nil)
 	TryComplete(&o.Op) // not parked: not run, not counted
-	_, ok := Park(&o.Op, tr, 0, false, 1)
+	_, ok := parkCounted(&o.Op, tr, 0, 1, false)
 	require.True(t, ok)
 	for range 3 {
 		assert.False(t, TryComplete(&o.Op))
@@ -238,34 +238,36 @@ func TestTriesAreCounted(t *testing.T) {
 // CompleteWith stores its cause, then swaps the state to completed. A
 // competitor that completes the operation between the two wins: the
 // operation completes once, as the competitor's kind, and reports the
-// competitor's cause, not the stored one; a second CompleteWith there
-// loses, and the first cause stored stands.
+// competitor's cause, not the stored one. A second CompleteWith there
+// loses at once (issue 30, defect 4): only the call whose cause was stored
+// first may complete the operation as ForKey, so that the call that
+// counts it is the one whose cause it reports.
 func TestCompletionBetweenCauseAndSwap(t *testing.T) {
 	t.Parallel()
 	errFirst, errSecond := errors.New("first"), errors.New("second")
 	for _, c := range []struct {
-		name     string
-		act      func(o *Op)
-		kind     Kind
-		keyCause error
+		name      string
+		act       func(o *Op)
+		kind      Kind
+		firstWins bool
 	}{
-		{"ForceComplete", func(o *Op) { ForceComplete(o) }, Early, errFirst},
-		{"expiry", func(o *Op) { Expire(o, Expired) }, Expired, errFirst},
-		{"CompleteWith", func(o *Op) { assert.True(t, CompleteWith(o, &errSecond)) }, ForKey, errFirst},
+		{"ForceComplete", func(o *Op) { ForceComplete(o) }, Early, false},
+		{"expiry", func(o *Op) { Expire(o, Expired) }, Expired, false},
+		{"CompleteWith", func(o *Op) { assert.False(t, CompleteWith(o, &errSecond), "the second cause") }, ForKey, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := newSeamOp(context.Background())
 			var tr Tracker
 			at(&tr, "cause stored", c.act)
-			_, ok := Park(&o.Op, &tr, 0, false, 1)
+			_, ok := parkCounted(&o.Op, &tr, 0, 1, false)
 			require.True(t, ok)
-			assert.False(t, CompleteWith(&o.Op, &errFirst), "the competitor completed it first")
+			assert.Equal(t, c.firstWins, CompleteWith(&o.Op, &errFirst))
 			k, done := KindOf(&o.Op)
 			require.True(t, done)
 			assert.Equal(t, c.kind, k)
 			assert.Equal(t, 1, o.completes)
 			if k == ForKey {
-				assert.Equal(t, c.keyCause, KeyCause(&o.Op), "the first cause stored")
+				assert.Equal(t, errFirst, KeyCause(&o.Op), "the first cause stored")
 			}
 			cnt := tr.Counts()
 			assert.Equal(t, uint64(1), cnt.Done[c.kind])

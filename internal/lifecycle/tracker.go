@@ -113,17 +113,23 @@ type Hooks struct {
 	Contended func(o *Op)
 	// Live runs between Live's two passes.
 	Live func()
-	// Claimed runs in an expiry by the timer once it has claimed the
-	// fired entry, before it completes the operation.
+	// Claimed runs in an expiry by the timer once it has found the entry
+	// fired and the operation pending, before its completing swap.
 	Claimed func(o *Op)
+	// Rescheduled runs in Reset once the entry is rescheduled, before the
+	// Reset counts itself in the state word.
+	Rescheduled func(o *Op)
 	// CauseStored runs in CompleteWith once the cause is stored, before
 	// the completing swap.
 	CauseStored func(o *Op)
 }
 
 // Live sums the pending operations and their watch entries. It reads what
-// left before what arrived: an operation's arrival is counted before its
-// departure, so the difference is never below zero.
+// left before what arrived, so that an operation that parks and leaves
+// while it sums is counted in neither or in arrived alone. An arrival is
+// counted once the operation's timeout is in the timer (Arrived), and a
+// completion may come first: either figure may then be briefly below zero,
+// and callers clamp it. At rest both are exact.
 func (t *Tracker) Live() (pending, watched int64) {
 	var d uint64
 	for i := range t.stripes {
@@ -135,7 +141,10 @@ func (t *Tracker) Live() (pending, watched int64) {
 	for i := range t.stripes {
 		d += t.stripes[i].arrived.Load()
 	}
-	return int64(uint32(d)), int64(d >> 32)
+	// d is pending + watched<<32, each a small signed figure: take the
+	// low half as signed, and its borrow back out of the high half.
+	p := int64(int32(uint32(d)))
+	return p, int64(int32((d - uint64(p)) >> 32))
 }
 
 // counts packs one parked operation and its n watch entries into the

@@ -57,7 +57,7 @@ func TestLiveNeverNegative(t *testing.T) {
 			defer wg.Done()
 			for range each {
 				o := newSeamOp(context.Background())
-				Park(&o.Op, &tr, 0, false, 3)
+				parkCounted(&o.Op, &tr, 0, 3, false)
 				ops <- o
 			}
 		}()
@@ -91,7 +91,7 @@ func TestLiveWithAnOperationBetweenItsPasses(t *testing.T) {
 		}
 		once = true
 		o := newSeamOp(context.Background())
-		_, ok := Park(&o.Op, &tr, 0, false, 2)
+		_, ok := parkCounted(&o.Op, &tr, 0, 2, false)
 		require.True(t, ok)
 		require.True(t, ForceComplete(&o.Op))
 	}}
@@ -113,4 +113,14 @@ func TestLiveAcrossWrappedSums(t *testing.T) {
 	p, w := tr.Live()
 	assert.Equal(t, int64(3), p)
 	assert.Equal(t, int64(8), w)
+}
+
+// parkCounted parks o and, if that succeeds, counts it as pending, as a
+// purgatory's park does once the timeout is in its timer.
+func parkCounted(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
+	h, ok := Park(o, t, now, watches, deferred)
+	if ok {
+		Arrived(o, t, watches)
+	}
+	return h, ok
 }

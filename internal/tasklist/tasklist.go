@@ -10,17 +10,17 @@
 //
 //   - State is the timer's: every change is a compare-and-swap (Cancel and
 //     firing need no lock). Aux is the owner's: the timer never touches it
-//     (the lifecycle keeps an operation's state there).
+//     (the lifecycle keeps an operation's state there, 64 bits so that a
+//     reset's generation fits beside the flags).
 //   - An entry's list, next and prev are written only under the mutex of
 //     the List it is linked into, and list is set only by a goroutine that
 //     holds the entry's add-lock (LockAdd, TryLockAdd), so no two goroutines
 //     link one entry at once. list is read without a lock to find which
 //     List to lock, then read again under that lock.
-//   - Expire is written by the holder of the add-lock (an Add, a
-//     Reschedule), or before the entry is first published. Delay is written
-//     with a plain store before the entry is shared, and afterwards only by
-//     Reschedule, atomically; read it with LoadDelay. Owner is written once,
-//     before the entry is first added, and only read after.
+//   - Expire is written by the holder of the add-lock (an Add). Delay is
+//     written with a plain store before the entry is shared, and afterwards
+//     only by Reschedule, atomically; read it with LoadDelay. Owner is
+//     written once, before the entry is first added, and only read after.
 package tasklist
 
 import (
@@ -41,9 +41,9 @@ type Entry struct {
 	State atomic.Uint32
 	// Aux is free for the entry's owner; the timer never reads or writes
 	// it.
-	Aux atomic.Uint32
+	Aux atomic.Uint64
 
-	list       atomic.Pointer[List] // the List it is linked into, or nil
+	list       atomic.Pointer[list] // the List it is linked into, or nil
 	next, prev *Entry               // guarded by list.mu
 
 	// Expire is when the entry is due, in nanoseconds on its timer's
@@ -75,65 +75,29 @@ const (
 
 	// AddLock is addLock, for tests that play an Add holding it.
 	AddLock = addLock
-
-	// presetBit says that the owner fixed Expire (PresetDeadline): an Add
-	// keeps it rather than measuring Delay from its clock.
-	presetBit uint32 = 8
-
-	// claimed says that the run of a fired entry has begun to complete
-	// its owner (ClaimRun): a Reschedule that comes after it fails.
-	claimed uint32 = 16
 )
-
-// PresetDeadline fixes the entry's deadline at d, on its timer's clock:
-// the next Add keeps it instead of measuring Delay from the time of the
-// Add. Call it before the entry is handed to whoever will Add it, with a
-// happens-before edge to that Add (a mutex, a channel).
-func (e *Entry) PresetDeadline(d int64) {
-	e.Expire = d
-	e.State.Or(presetBit)
-}
-
-// HasPresetDeadline reports whether PresetDeadline fixed Expire.
-func (e *Entry) HasPresetDeadline() bool { return e.State.Load()&presetBit != 0 }
 
 // LoadDelay reads Delay, which a Reschedule may be writing.
 func (e *Entry) LoadDelay() time.Duration { return time.Duration(atomic.LoadInt64(&e.Delay)) }
 
-// ClaimRun claims the run of a fired entry for its owner, and reports
-// false if the entry was rescheduled since it fired (it is then cancelled,
-// or pending again at its new deadline): the run is stale and must do
-// nothing. An owner whose deadline can move (Reschedule) calls it before
-// acting on a run, under a lock that orders it with other runs.
-func (e *Entry) ClaimRun() bool {
-	for {
-		w := e.State.Load()
-		if w&stateMask != stateIdle {
-			return false
-		}
-		if w&claimed != 0 || e.State.CompareAndSwap(w, w|claimed) {
-			return true
-		}
-	}
-}
+// IsFired reports whether the entry has fired since it was last added: it
+// is neither pending nor cancelled. (An entry never added reports true as
+// well; its owner knows it was added.)
+func (e *Entry) IsFired() bool { return e.State.Load()&stateMask == stateIdle }
 
-// Reschedule gives the entry a new delay and, if preset, a fixed deadline
-// (as PresetDeadline does), and cancels it: the caller adds it again
-// (Add moves nothing that is cancelled, it places it anew). It reports
-// false, changing nothing, if a run of the entry was claimed (ClaimRun):
-// the old deadline won. A run that fired before it and has not yet been
-// claimed finds the entry cancelled, or pending again, and its claim
-// fails, so the entry never runs for a deadline it no longer has.
+// Reschedule gives the entry a new delay and cancels it: the caller adds
+// it again, and the Add measures the delay from its own reading of the
+// clock (Add moves nothing that is cancelled, it places it anew). A run
+// that fired before it finds the entry no longer fired (IsFired): an owner
+// whose deadline can move checks that before acting on a run. It returns
+// the delay it replaced.
 //
 // It holds the add-lock while it writes, so that an Add (or a refile by
-// the timer) of the same entry reads either the old deadline or the new
-// one, and waits for one in progress.
-func (e *Entry) Reschedule(delay time.Duration, deadline int64, preset bool) bool {
+// the timer) of the same entry reads either the old delay or the new one,
+// and waits for one in progress.
+func (e *Entry) Reschedule(delay time.Duration) (old time.Duration) {
 	for spins := 0; ; spins++ {
 		w := e.State.Load()
-		if w&claimed != 0 {
-			return false
-		}
 		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
 			break
 		}
@@ -141,16 +105,14 @@ func (e *Entry) Reschedule(delay time.Duration, deadline int64, preset bool) boo
 			runtime.Gosched()
 		}
 	}
-	atomic.StoreInt64(&e.Delay, int64(delay))
-	if preset {
-		e.Expire = deadline
-		e.State.Or(presetBit)
-	} else {
-		e.State.And(^presetBit)
-	}
+	old = time.Duration(atomic.SwapInt64(&e.Delay, int64(delay)))
 	e.UnlockAdd() // no longer pending: takes it out of its bucket
-	return true
+	return old
 }
+
+// SetDelay stores delay as the next Add's, for an owner that takes back a
+// Reschedule.
+func (e *Entry) SetDelay(delay time.Duration) { atomic.StoreInt64(&e.Delay, int64(delay)) }
 
 // Deadline returns when an entry with delay nanoseconds is due if added at
 // now: now+delay, math.MaxInt64 if that overflows (a deadline no clock
@@ -274,8 +236,11 @@ func (e *Entry) Unlink() {
 	}
 }
 
-// List returns the List the entry is linked into, or nil.
-func (e *Entry) List() *List { return e.list.Load() }
+// Linked reports whether the entry is linked into a List.
+func (e *Entry) Linked() bool { return e.list.Load() != nil }
+
+// In reports whether the entry is linked into l.
+func (e *Entry) In(l *List) bool { return e.list.Load() == &l.list }
 
 // List is a circular doubly linked list of entries with a sentinel and a
 // lock of its own: one stripe of a timer bucket. Call Init before use.
@@ -284,21 +249,20 @@ type List struct {
 	// What a link or an unlink writes (mu, count, root's links) is in the
 	// first cache line; the pad keeps Lists in an array on lines of their
 	// own.
-	_ [128 - listSize%128]byte
+	_ [128 - unsafe.Sizeof(list{})%128]byte
 }
 
+// list is List without its pad. Entries point to it, not to List, so that
+// List's pad can be computed: a size that depended on Entry, which pointed
+// back to List, would be a cycle.
 type list struct {
 	mu    sync.Mutex // guards root, count and the links of every entry in the list
 	count int64
 	root  Entry // sentinel: root.next is the oldest entry, root.prev the newest
 }
 
-// listSize is unsafe.Sizeof(list{}), which the compiler cannot use in
-// List's own definition (Entry refers to List). TestListSize checks it.
-const listSize = 8 + 8 + 64
-
 // Init makes l an empty list.
-func (l *List) Init() {
+func (l *list) Init() {
 	l.root.next = &l.root
 	l.root.prev = &l.root
 }
@@ -307,7 +271,7 @@ func (l *List) Init() {
 // reports whether it did: false when a concurrent Cancel won, or when e
 // was added to another timer after this one's flush took it out. The
 // caller holds e's add-lock, without which nobody links an entry.
-func (l *List) Insert(e *Entry) bool {
+func (l *list) Insert(e *Entry) bool {
 	l.mu.Lock()
 	if !e.IsPending() || e.list.Load() != nil {
 		l.mu.Unlock()
@@ -325,7 +289,7 @@ func (l *List) Insert(e *Entry) bool {
 }
 
 // Remove unlinks e if it is still in l.
-func (l *List) Remove(e *Entry) {
+func (l *list) Remove(e *Entry) {
 	l.mu.Lock()
 	if e.list.Load() == l {
 		l.unlinkLocked(e)
@@ -333,7 +297,7 @@ func (l *List) Remove(e *Entry) {
 	l.mu.Unlock()
 }
 
-func (l *List) unlinkLocked(e *Entry) {
+func (l *list) unlinkLocked(e *Entry) {
 	e.next.prev = e.prev
 	e.prev.next = e.next
 	e.next = nil
@@ -343,17 +307,17 @@ func (l *List) unlinkLocked(e *Entry) {
 }
 
 // Lock locks l, for PopLocked.
-func (l *List) Lock() { l.mu.Lock() }
+func (l *list) Lock() { l.mu.Lock() }
 
 // TryLock locks l if it is free. It is for tests.
-func (l *List) TryLock() bool { return l.mu.TryLock() }
+func (l *list) TryLock() bool { return l.mu.TryLock() }
 
 // Unlock unlocks l.
-func (l *List) Unlock() { l.mu.Unlock() }
+func (l *list) Unlock() { l.mu.Unlock() }
 
 // PopLocked unlinks and returns the oldest entry, or nil if l is empty.
 // The caller holds l's lock.
-func (l *List) PopLocked() *Entry {
+func (l *list) PopLocked() *Entry {
 	e := l.root.next
 	if e == &l.root {
 		return nil
@@ -364,7 +328,7 @@ func (l *List) PopLocked() *Entry {
 
 // PopInto moves up to max entries into dst, oldest first, under one lock,
 // and returns dst.
-func (l *List) PopInto(dst []*Entry, max int) []*Entry {
+func (l *list) PopInto(dst []*Entry, max int) []*Entry {
 	l.mu.Lock()
 	for n := 0; n < max; n++ {
 		e := l.PopLocked()
@@ -378,7 +342,7 @@ func (l *List) PopInto(dst []*Entry, max int) []*Entry {
 }
 
 // Count returns the number of linked entries, read under the lock.
-func (l *List) Count() int64 {
+func (l *list) Count() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.count
@@ -387,7 +351,7 @@ func (l *List) Count() int64 {
 // Walk counts the linked entries by following the links, and calls f, if
 // not nil, with each. It is for tests: it reports an error if a link does
 // not point back, an entry names another list, or the count is off.
-func (l *List) Walk(f func(*Entry)) (int, error) {
+func (l *list) Walk(f func(*Entry)) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0

@@ -19,7 +19,10 @@ func parkOp(t *testing.T, n int) (*optest.Op, *lifecycle.Handle) {
 	t.Helper()
 	o := optest.New(time.Hour)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &purgeTracker, 0, false, n)
+	h, ok := lifecycle.Park(lo, &purgeTracker, 0, n, false)
+	if ok {
+		lifecycle.Arrived(lo, &purgeTracker, n)
+	}
 	require.True(t, ok)
 	return o, h
 }

@@ -29,7 +29,7 @@ var tracker lifecycle.Tracker
 // park parks o as the purgatory does, counting its watches.
 func park(o lifecycle.Sealed, keys int) *lifecycle.Handle {
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &tracker, 0, false, keys)
+	h, ok := parkCounted(lo, &tracker, 0, keys, false)
 	if !ok {
 		panic("not parked")
 	}
@@ -325,4 +325,14 @@ func TestWatchReportsChecksSinceMark(t *testing.T) {
 	var m watchers.Marks
 	w.Mark(many, &m)
 	assert.True(t, w.Watch(park(newOp(), len(many)), many, nil, &m), "more keys than Marks follows")
+}
+
+// parkCounted parks o and, if that succeeds, counts it as pending, as a
+// purgatory's park does once the timeout is in its timer.
+func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {
+	h, ok := lifecycle.Park(o, t, now, watches, deferred)
+	if ok {
+		lifecycle.Arrived(o, t, watches)
+	}
+	return h, ok
 }
