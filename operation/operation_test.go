@@ -148,3 +148,12 @@ func TestInitRefusesATypeHidingExpireEntry(t *testing.T) {
 	}()
 	op.Init(op, time.Second)
 }
+
+// ForceComplete of an operation never initialised panics with a message
+// that names Init, not with an interface conversion from deep inside.
+func TestForceCompleteBeforeInitNamesInit(t *testing.T) {
+	var op optest.Op
+	assert.PanicsWithValue(t, "operation: ForceComplete of an operation whose Base.Init was not called",
+		func() { op.ForceComplete() })
+	assert.False(t, op.IsCompleted())
+}

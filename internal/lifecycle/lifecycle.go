@@ -367,8 +367,14 @@ func CompleteWith(o *Op, cause *error) bool {
 
 // ForceComplete completes the operation early if nothing has completed it
 // yet, and reports whether this call did. It takes no lock: user code may
-// call it from anywhere, and TryComplete calls it under the lock.
-func ForceComplete(o *Op) bool { return o.complete(Early, false) }
+// call it from anywhere, and TryComplete calls it under the lock. It
+// panics if Init was not called: there is no OnComplete to run.
+func ForceComplete(o *Op) bool {
+	if o.entry().Owner == nil {
+		panic("operation: ForceComplete of an operation whose Base.Init was not called")
+	}
+	return o.complete(Early, false)
+}
 
 // complete is the one transition into completed. With needParked it
 // completes only a parked operation (expiry, context and shutdown act for a
