@@ -212,5 +212,5 @@ func ExampleBase_Cause() {
 	// Output:
 	// early: <nil>
 	// timed out: operation: timed out
-	// at shutdown: operation: purgatory shut down
+	// at shutdown: purgatory: shut down
 }

@@ -49,8 +49,9 @@ var (
 	ErrExpired = errors.New("operation: timed out")
 
 	// ErrShutdown is the Cause of an operation that was still pending when
-	// its purgatory shut down, and was expired then.
-	ErrShutdown = errors.New("operation: purgatory shut down")
+	// its purgatory shut down, and was expired then. The purgatory returns
+	// the same error (purgatory.ErrShutdown) for work offered after it.
+	ErrShutdown = errors.New("purgatory: shut down")
 )
 
 // MaxKeys is the most keys one operation can be watched on: its live watch

@@ -2,7 +2,6 @@ package purgatory
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
@@ -82,31 +81,23 @@ type Departure struct {
 }
 
 // Outcome says how an operation left its purgatory. Each has a counter in
-// Stats.
-type Outcome uint8
+// Stats. Its String method returns the short names "early", "expired",
+// "context", "shutdown", "for_key" and "cancelled", the label values the
+// exporters use.
+type Outcome = lifecycle.Outcome
 
 // The outcomes of a parked operation.
 const (
-	OutcomeEarly     Outcome = iota // TryComplete or ForceComplete: Stats.CompletedEarly
-	OutcomeExpired                  // its timeout: Stats.Expired
-	OutcomeContext                  // its context ended: Stats.ContextDone
-	OutcomeShutdown                 // Shutdown expired it: Stats.Shutdown
-	OutcomeForKey                   // CompleteForKey: Stats.CompletedForKey
-	OutcomeCancelled                // CancelForKey took it out: Stats.Cancelled
+	OutcomeEarly     Outcome = lifecycle.Early     // TryComplete or ForceComplete: Stats.CompletedEarly
+	OutcomeExpired   Outcome = lifecycle.Expired   // its timeout: Stats.Expired
+	OutcomeContext   Outcome = lifecycle.Context   // its context ended: Stats.ContextDone
+	OutcomeShutdown  Outcome = lifecycle.Shutdown  // Shutdown expired it: Stats.Shutdown
+	OutcomeForKey    Outcome = lifecycle.ForKey    // CompleteForKey: Stats.CompletedForKey
+	OutcomeCancelled Outcome = lifecycle.Cancelled // CancelForKey took it out: Stats.Cancelled
 
 	// Outcomes is the number of outcomes, for arrays indexed by Outcome.
-	Outcomes = 6
+	Outcomes = lifecycle.Outcomes
 )
-
-// String returns the outcome's short name: "early", "expired",
-// "context", "shutdown", "for_key" or "cancelled", the label values the
-// exporters use.
-func (o Outcome) String() string {
-	if o < Outcomes {
-		return [...]string{"early", "expired", "context", "shutdown", "for_key", "cancelled"}[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", o)
-}
 
 // WithObserver installs o. Given more than once, every observer is told
 // of every event, in the order given, each with its own state. Without
@@ -156,8 +147,8 @@ func (a *observing[K, T]) parked(ob Observer, pk Park) any {
 	return ob.Parked(pk)
 }
 
-func (a *observing[K, T]) Left(o *lifecycle.Op, k lifecycle.Kind, state any, parked, end int64, tries uint32) {
-	d := Departure{Outcome: Outcome(k), Time: time.Duration(max(end-parked, 0)), Tries: int(tries)}
+func (a *observing[K, T]) Left(o *lifecycle.Op, k lifecycle.Outcome, state any, parked, end int64, tries uint32) {
+	d := Departure{Outcome: k, Time: time.Duration(max(end-parked, 0)), Tries: int(tries)}
 	switch k {
 	case lifecycle.Expired:
 		d.Cause = operation.ErrExpired

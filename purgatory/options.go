@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/purgatory-go/purgatory/internal/watchers"
+	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -29,8 +30,10 @@ var (
 	// operation is neither parked nor tried; answer it with a "busy" error
 	// or retry later.
 	ErrFull = errors.New("purgatory: too many pending operations")
-	// ErrShutdown is returned once Shutdown has been called.
-	ErrShutdown = errors.New("purgatory: shut down")
+	// ErrShutdown is returned once Shutdown has been called. It is
+	// operation.ErrShutdown, the Cause of an operation Shutdown expired:
+	// one error for one event, whichever package a caller checks with.
+	ErrShutdown = operation.ErrShutdown
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("purgatory: invalid option")
 )

@@ -118,24 +118,36 @@ const (
 // watches returns the live watch entries counted in the state s.
 func watches(s uint64) uint32 { return uint32((s & watchMask) >> watchShift) }
 
-// Kind says how an operation completed.
-type Kind uint32
+// Outcome says how an operation left its purgatory: the one enum that the
+// lifecycle, the Tracker's counts, package purgatory's Stats and
+// Observers, and the exporters share (purgatory.Outcome is this type).
+type Outcome uint8
 
-// The ways an operation completes.
+// The outcomes. The first Completions complete the operation; Cancelled
+// is CancelForKey's (Cancel), which completes nothing.
 const (
-	Early    Kind = iota // TryComplete or ForceComplete
-	Expired              // its timeout
-	Context              // its context ended
-	Shutdown             // the purgatory shut down
-	ForKey               // CompleteWith, for a key, with a cause
+	Early     Outcome = iota // TryComplete or ForceComplete
+	Expired                  // its timeout
+	Context                  // its context ended
+	Shutdown                 // the purgatory shut down
+	ForKey                   // CompleteWith, for a key, with a cause
+	Cancelled                // taken out by Cancel
 
-	// Kinds is the number of Kinds.
-	Kinds = 5
-
-	// Cancelled is not a way to complete: it is what an Observer's Left
-	// is told for an operation that CancelForKey took out (Cancel).
-	Cancelled Kind = Kinds
+	// Completions is the number of Outcomes that complete an operation.
+	Completions = 5
+	// Outcomes is the number of Outcomes.
+	Outcomes = 6
 )
+
+// String returns the outcome's short name: "early", "expired",
+// "context", "shutdown", "for_key" or "cancelled", the label values the
+// exporters use.
+func (k Outcome) String() string {
+	if k < Outcomes {
+		return [...]string{"early", "expired", "context", "shutdown", "for_key", "cancelled"}[k]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(k))
+}
 
 func (o *Op) word() *atomic.Uint64 { return &o.entry().Aux }
 
@@ -298,9 +310,9 @@ func IsCompleted(o *Op) bool { return o.word().Load()&stCompleted != 0 }
 func IsCancelled(o *Op) bool { return o.word().Load()&stCancelled != 0 }
 
 // KindOf reports how the operation completed; ok is false until it has.
-func KindOf(o *Op) (k Kind, ok bool) {
+func KindOf(o *Op) (k Outcome, ok bool) {
 	s := o.word().Load()
-	return Kind((s & kindMask) >> kindShift), s&stCompleted != 0
+	return Outcome((s & kindMask) >> kindShift), s&stCompleted != 0
 }
 
 // ContextOf returns the context given to Init, or nil.
@@ -381,7 +393,7 @@ func ForceComplete(o *Op) bool {
 // purgatory, and must not touch an operation it no longer holds). The
 // compare-and-swap sets completed and the kind, clears parked and the watch
 // count, and so decides in one step who won and what to uncount.
-func (o *Op) complete(k Kind, needParked bool) bool {
+func (o *Op) complete(k Outcome, needParked bool) bool {
 	w := o.word()
 	for {
 		s := w.Load()
@@ -398,7 +410,7 @@ func (o *Op) complete(k Kind, needParked bool) bool {
 // compare-and-swap, and then does what the winner does: uncount, release,
 // tell the Observer, call OnComplete (and OnExpiration for an expiry). It
 // reports false, doing nothing, if the state has changed.
-func (o *Op) completeFrom(s uint64, k Kind) bool {
+func (o *Op) completeFrom(s uint64, k Outcome) bool {
 	// The end of the time in purgatory is read before the swap: on an
 	// operation parked on another core the swap waits for the line to
 	// come over, and a clock read after it would wait too. A read for a
@@ -459,7 +471,7 @@ func (o *Op) release(parked bool) {
 
 // left tells t's Observer that o, which was parked, left as k at end. Only
 // the one departure calls it, so the ext's obs needs no lock.
-func (o *Op) left(t *Tracker, k Kind, end int64) {
+func (o *Op) left(t *Tracker, k Outcome, end int64) {
 	x := o.h.ext.Load() // set at Park whenever t has an Observer
 	state := x.obs
 	x.obs = nil
@@ -487,7 +499,7 @@ func (o *Op) call(t *Tracker, f func(Callbacks), name string) {
 // under its lock, so that TryComplete, OnComplete and OnExpiration of one
 // operation never overlap (KAFKA-19312). It does nothing to an operation
 // that has completed, been cancelled, or was never parked.
-func finish(o *Op, k Kind) bool {
+func finish(o *Op, k Outcome) bool {
 	l := o.lock()
 	l.Lock()
 	done := o.complete(k, true)
@@ -538,11 +550,11 @@ func expire(o *Op) bool {
 }
 
 // Expire completes a parked operation as k: Expired, Context or Shutdown.
-func Expire(o *Op, k Kind) bool { return finish(o, k) }
+func Expire(o *Op, k Outcome) bool { return finish(o, k) }
 
 // ExpireLocked is Expire for a caller that holds the operation's lock: a
 // park that finds the purgatory shut down.
-func ExpireLocked(o *Op, k Kind) bool { return o.complete(k, true) }
+func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 
 // Park makes the operation pending in the purgatory that counts in t, and
 // returns the Handle its watch lists are to hold; now is a reading of

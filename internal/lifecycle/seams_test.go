@@ -120,7 +120,7 @@ func TestCompletionBetweenRegisterAndStoreStop(t *testing.T) {
 // event is one call of a recordingObserver.
 type event struct {
 	call   string // "parked" or "left"
-	k      Kind
+	k      Outcome
 	state  any
 	parked int64
 	end    int64
@@ -151,7 +151,7 @@ func (r *recordingObserver) Parked(o *Op, ctx context.Context, keys int) any {
 	return st
 }
 
-func (r *recordingObserver) Left(o *Op, k Kind, state any, parked, end int64, tries uint32) {
+func (r *recordingObserver) Left(o *Op, k Outcome, state any, parked, end int64, tries uint32) {
 	r.events = append(r.events, event{"left", k, state, parked, end, tries})
 }
 
@@ -175,7 +175,7 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, 1, o.expiries)
 	c := tr.Counts()
-	assert.Equal(t, [Kinds]uint64{Expired: 1}, c.Done)
+	assert.Equal(t, [Completions]uint64{Expired: 1}, c.Done)
 	assert.Zero(t, c.Pending)
 	require.Len(t, r.events, 2, "parked, then one departure: the loser tells nothing")
 	assert.Equal(t, event{"left", Expired, r.events[0].state, 1, int64(5 * time.Millisecond), 0}, r.events[1])
@@ -194,7 +194,7 @@ func TestCancelBetweenClockReadAndSwap(t *testing.T) {
 	assert.True(t, ForceComplete(&o.Op))
 	assert.Equal(t, 1, o.completes)
 	c := tr.Counts()
-	assert.Equal(t, [Kinds]uint64{}, c.Done)
+	assert.Equal(t, [Completions]uint64{}, c.Done)
 	assert.Equal(t, uint64(1), c.Cancelled)
 	assert.Zero(t, c.Pending)
 	require.Len(t, r.events, 2)
@@ -248,7 +248,7 @@ func TestCompletionBetweenCauseAndSwap(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		act       func(o *Op)
-		kind      Kind
+		kind      Outcome
 		firstWins bool
 	}{
 		{"ForceComplete", func(o *Op) { ForceComplete(o) }, Early, false},

@@ -51,7 +51,7 @@ type Observer interface {
 	// a cancel): state is what Parked returned, parked and end the clock
 	// readings of the park and the departure, tries the TryComplete calls
 	// made on o since its park. It runs before o's OnComplete.
-	Left(o *Op, k Kind, state any, parked, end int64, tries uint32)
+	Left(o *Op, k Outcome, state any, parked, end int64, tries uint32)
 }
 
 const trackerStripes = 16
@@ -64,8 +64,8 @@ type trackerStripe struct {
 	// Written where they complete or are cancelled. On a line of their
 	// own: a request parked on one core and completed on another would
 	// otherwise take this line from the other core twice.
-	left      atomic.Uint64        // parked operations that completed or were cancelled, and their watch entries (counts)
-	done      [Kinds]atomic.Uint64 // completed, by Kind
+	left      atomic.Uint64              // parked operations that completed or were cancelled, and their watch entries (counts)
+	done      [Completions]atomic.Uint64 // completed, by Outcome
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
 	_         [128 - 64]byte
@@ -78,7 +78,7 @@ func (t *Tracker) stripe(o *Op) *trackerStripe {
 // Counts is a sum of a Tracker's stripes.
 type Counts struct {
 	Pending, Watched int64
-	Done             [Kinds]uint64 // by Kind
+	Done             [Completions]uint64 // by Outcome
 	Cancelled        uint64
 	Panics           uint64
 }
