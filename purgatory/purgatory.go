@@ -34,9 +34,8 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// obs tells the Observers given to WithObserver; nil without any.
 	obs *observing[K, T]
 	// now reads the timer's clock (timer.Timer's Now), or with
-	// WithoutTimer the runtime's monotonic clock since New: the clock the
-	// time in purgatory is measured on. A park reads it only with an
-	// Observer.
+	// WithoutTimer timer.SystemClock: the clock the time in purgatory is
+	// measured on. A park reads it only with an Observer.
 	now func() int64
 	// hooks are the points of TryCompleteElseWatch and CancelForKey
 	// where a test runs a competitor; nil outside this package's tests.
@@ -161,8 +160,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 	if p.timer != nil {
 		p.now = func() int64 { return int64(p.timer.Now()) }
 	} else {
-		start := time.Now()
-		p.now = func() int64 { return int64(time.Since(start)) }
+		p.now = func() int64 { return int64(timer.SystemClock{}.Now()) }
 	}
 	if len(c.observers) > 0 {
 		p.obs = &observing[K, T]{p: p, obs: slices.Clone(c.observers)}

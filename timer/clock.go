@@ -30,14 +30,25 @@ type ClockTimer interface {
 // use.
 type SystemClock struct{}
 
-// epoch anchors SystemClock; time.Since on it reads only the monotonic clock.
+// epoch anchors SystemClock; the difference of two monotonic readings
+// reads only the monotonic clock.
 var epoch = time.Now()
 
-// Now returns the monotonic time since the package was initialised.
-// Inside a testing/synctest bubble time.Now has no monotonic reading, and
-// this measures from outside the bubble: read a SystemTimer's Now there,
-// which measures from the timer's creation.
-func (SystemClock) Now() time.Duration { return time.Since(epoch) }
+// bubbleEpoch is where the fake time of a testing/synctest bubble starts.
+var bubbleEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Now returns the monotonic time since the package was initialised, or,
+// inside a testing/synctest bubble, the bubble's fake time since it began.
+// A bubble's time.Now carries no monotonic reading (it is the fake wall
+// clock, which starts at midnight UTC on 1 January 2000 and only moves
+// forward), and measured from epoch it would be decades below zero.
+func (SystemClock) Now() time.Duration {
+	now := time.Now()
+	if now == now.Round(0) { // no monotonic reading: a bubble's fake time
+		return now.Sub(bubbleEpoch)
+	}
+	return now.Sub(epoch)
+}
 
 // NewTimer returns a [time.Timer] wrapped as a ClockTimer.
 func (SystemClock) NewTimer(d time.Duration) ClockTimer {

@@ -85,11 +85,9 @@ type waker interface{ wake() }
 // timer lock, so a task may Add itself or others again.
 type SystemTimer struct {
 	name  string
-	clock Clock     // read through now
-	sys   bool      // clock is SystemClock: read time.Since(origin) directly
-	start time.Time // the origin of a SystemClock's readings, for this timer
-	tick  int64     // nanoseconds per tick
-	per   divisor   // divides by tick
+	clock Clock   // read through now: the one origin of the timer's time
+	tick  int64   // nanoseconds per tick
+	per   divisor // divides by tick
 	// lastTick is the last tick whose start the clock can reach.
 	lastTick int64
 	// never holds the entries whose deadline no clock reaches (tickOf).
@@ -138,14 +136,12 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	t := &SystemTimer{
 		name:     name,
 		clock:    c.clock,
-		start:    time.Now(),
 		tick:     int64(c.tick),
 		per:      newDivisor(int64(c.tick)),
 		lastTick: math.MaxInt64 / int64(c.tick),
 		onPanic:  c.onPanic,
 		logger:   c.logger,
 	}
-	_, t.sys = c.clock.(SystemClock)
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
@@ -158,20 +154,11 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	return t, nil
 }
 
-// Now reads the timer's clock: the time its deadlines are measured on.
-//
-// On the system clock (the default) that is the monotonic time since the
-// timer was created. Measured from the timer's own creation rather than from
-// a time fixed when the program started, it is also right inside a
-// testing/synctest bubble, where time.Now is the bubble's fake time.
-func (t *SystemTimer) Now() time.Duration { return t.now() }
+// Now implements [Timer]: it reads the timer's clock (WithClock, by
+// default SystemClock), on which its deadlines are measured.
+func (t *SystemTimer) Now() time.Duration { return t.clock.Now() }
 
-func (t *SystemTimer) now() time.Duration {
-	if t.sys {
-		return time.Since(t.start)
-	}
-	return t.clock.Now()
-}
+func (t *SystemTimer) now() time.Duration { return t.clock.Now() }
 
 func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
 
