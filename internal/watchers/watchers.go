@@ -54,6 +54,12 @@ type shard[K comparable] struct {
 	// request id are used once, and must not cost memory for ever.
 	lists map[uint64]*list[K]
 	n     int // lists in the map, chains included
+	// peak is the most lists the map has held since it was made. A Go
+	// map keeps the room it grew to when its entries are deleted, so a
+	// burst of keys would cost its peak for ever: once a quarter of the
+	// peak is left, the lists move to a fresh map (see removeLocked).
+	// Guarded by mu.
+	peak int
 	// free holds up to maxFree emptied lists, linked by next, each with its
 	// first chunk, for the next new key of this shard. A hot key that a
 	// check empties and the next request watches again then costs no
@@ -187,6 +193,7 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	}
 	sh.lists[h] = l
 	sh.n++
+	sh.peak = max(sh.peak, sh.n)
 	return l
 }
 
@@ -257,10 +264,30 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 				delete(sh.lists, h)
 			}
 			sh.n--
+			if sh.n <= sh.peak/4 && sh.peak > smallMap {
+				sh.remapLocked()
+			}
 			return l
 		}
 		pp = l
 	}
+}
+
+// smallMap is how many entries a map holds in its first group of slots,
+// the least it costs: a shard that never held more has nothing to give
+// back.
+const smallMap = 8
+
+// remapLocked moves the shard's lists to a fresh map, so that the room a
+// map grew to for many more keys than it now holds is let go. It runs once
+// a quarter of the peak is left, so the lists it moves are at most a third
+// of those removed since the last move: O(1) a removal, amortised.
+func (sh *shard[K]) remapLocked() {
+	m := make(map[uint64]*list[K], sh.n)
+	for h, l := range sh.lists {
+		m[h] = l
+	}
+	sh.lists, sh.peak = m, sh.n
 }
 
 // Marks records, for the keys of one operation, how many checks each key's
