@@ -118,6 +118,39 @@ type list[K comparable] struct {
 // empty reports whether l holds no entry, live or dead.
 func (l *list[K]) empty() bool { return l.n == 0 && len(l.lv) == l.lvHead }
 
+// An empty list keeps room for a few entries, so that a hot key that
+// drains and fills again allocates nothing: its first two chunks, if they
+// are the smallest (chunkCaps[0]+chunkCaps[1] entries), a slice with room
+// for emptyChunkSlots chunks, and emptyLevels levelled entries. Whatever
+// more it grew to is let go when it empties: it stays in the shard's ring
+// of idle lists and then on its free list, and what those keep must not
+// be what a burst of entries left behind.
+const (
+	emptyChunkSlots = 4
+	emptyLevels     = 16
+)
+
+// trimLocked lets an empty list go of what it holds beyond the room an
+// empty list keeps. The caller holds the shard's lock.
+func (l *list[K]) trimLocked() {
+	if cap(l.chunks) > emptyChunkSlots {
+		l.chunks = nil
+	}
+	// A purge in slices deletes chunks where it emptied them, so the
+	// first chunks need not be the smallest.
+	for i, c := range l.chunks {
+		if i == 2 || cap(c) > chunkCaps[i] {
+			clear(l.chunks[i:])
+			l.chunks = l.chunks[:i]
+			break
+		}
+	}
+	if cap(l.lv) > emptyLevels {
+		l.lv = nil
+	}
+	l.lv, l.lvHead = l.lv[:0], 0
+}
+
 // MaxChunk is the most entries one chunk of a list holds. A purge slice
 // reads whole chunks, at least two, so it may visit up to two chunks more
 // than its budget.
@@ -203,6 +236,7 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 // CancelForKey may have removed it meanwhile, and a new list taken its
 // key).
 func (w *Watchers[K]) emptiedLocked(sh *shard[K], l *list[K]) {
+	l.trimLocked()
 	if l.idle {
 		return
 	}
@@ -232,11 +266,11 @@ func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
 	var zero K
 	l.key = zero // do not keep the user's key reachable
 	l.idle = false
+	l.trimLocked()
 	if len(l.chunks) > 1 {
 		clear(l.chunks[1:])
 		l.chunks = l.chunks[:1]
 	}
-	l.resetLevels()
 	l.next, sh.free = sh.free, l
 	sh.nfree++
 }
