@@ -3,6 +3,8 @@ package purgatory_test
 import (
 	"context"
 	"runtime"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,4 +90,47 @@ func TestMemoryFollowsKeysInUse(t *testing.T) {
 		small, heldSmall, large, heldLarge, perKey, growth)
 	assert.Less(t, growth, 4.0, "bytes held for each key used beyond %d", small)
 	assert.Less(t, perKey, 40.0, "bytes held for each key that is gone")
+}
+
+// BenchmarkKeyChurn parks an operation on a key used once (a request id,
+// a member id) and completes it with CheckAndComplete on that key: every
+// request adds a key to a shard and, a few requests later, removes one.
+// In parallel, each goroutine uses keys of its own.
+func BenchmarkKeyChurn(b *testing.B) {
+	churn := func(b *testing.B, p *purgatory.Purgatory[tpKey, *mockOp], k tpKey) {
+		o := newOp(time.Hour)
+		if done, err := p.TryCompleteElseWatch(o, k); err != nil || done {
+			b.Fatal("not parked", err)
+		}
+		o.Ready.Store(true)
+		if p.CheckAndComplete(k) != 1 {
+			b.Fatal("not completed")
+		}
+	}
+	newChurn := func(b *testing.B) *purgatory.Purgatory[tpKey, *mockOp] {
+		p, err := purgatory.New[tpKey, *mockOp]("churn", purgatory.WithoutTimer(), purgatory.WithoutReaper())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+		return p
+	}
+	b.Run("serial", func(b *testing.B) {
+		p := newChurn(b)
+		b.ReportAllocs()
+		for i := int32(0); b.Loop(); i++ {
+			churn(b, p, tpKey{Topic: "churn", Partition: i})
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		p := newChurn(b)
+		var seq atomic.Int32
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			topic := "churn-" + strconv.Itoa(int(seq.Add(1)))
+			for i := int32(0); pb.Next(); i++ {
+				churn(b, p, tpKey{Topic: topic, Partition: i})
+			}
+		})
+	})
 }
