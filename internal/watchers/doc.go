@@ -19,8 +19,8 @@
 // an emptied list keeps room for a few entries only. Each shard keeps its
 // 8 idle lists and 2 more, free for new keys, each with room for 12
 // entries and 16 levelled ones: with 512 shards and TopicPartitionKey
-// keys, 1 MB after plain keys with a few entries each, 3 MB at most
-// (TestMemoryFollowsKeysInUse).
+// keys, 1 MB after plain keys with a few entries each
+// (TestMemoryFollowsKeysInUse), and about 3 MB whatever the lists held.
 //
 // Lock order: an operation's lock, then a shard's lock. No user callback runs
 // under a shard lock: Check copies a key's operations out before calling
