@@ -128,15 +128,6 @@ func (l *list[K]) shrinkLevelsLocked() {
 	}
 }
 
-// resetLevels empties the levelled entries of a list kept for reuse.
-func (l *list[K]) resetLevels() {
-	clear(l.lv)
-	l.lv, l.lvHead = l.lv[:0], 0
-	if cap(l.lv) > 64 {
-		l.lv = nil
-	}
-}
-
 // CheckUpTo calls TryComplete on the live operations watching key at a
 // level up to level, lowest level first, and returns how many it
 // completed. Operations watching key without a level are left alone. It

@@ -54,11 +54,16 @@ type shard[K comparable] struct {
 	// request id are used once, and must not cost memory for ever.
 	lists map[uint64]*list[K]
 	n     int // lists in the map, chains included
+	// peak is the most lists the map has held since it was made. A Go
+	// map keeps the room it grew to when its entries are deleted, so a
+	// burst of keys would cost its peak for ever: once a quarter of the
+	// peak is left, the lists move to a fresh map (see removeLocked).
+	// Guarded by mu.
+	peak int
 	// free holds up to maxFree emptied lists, linked by next, each with its
-	// first chunk, for the next new key of this shard. A hot key that a
-	// check empties and the next request watches again then costs no
-	// allocation, while what is kept stays bounded whatever the churn of
-	// keys. Guarded by mu.
+	// first chunk, for the next new keys of this shard: a key used once (a
+	// request id, a member id) then costs no allocation, while what is
+	// kept stays bounded whatever the churn of keys. Guarded by mu.
 	free  *list[K]
 	nfree int
 	// idle holds, in a ring, the lists that a check or the purge emptied
@@ -84,10 +89,15 @@ func (w *Watchers[K]) count(hash uint64) *atomic.Int64 {
 	return &w.watched[hash%uint64(len(w.shards))%countStripes].n
 }
 
-// maxFree is how many emptied lists a shard keeps for reuse, and maxIdle
-// how many empty lists it leaves in its map.
+// maxFree is how many emptied lists a shard keeps for new keys, and
+// maxIdle how many empty lists it leaves in its map. Keys used once take
+// lists from the free list and give them back one at a time, as the ring
+// pushes them out, so a short free list serves them: BenchmarkKeyChurn
+// makes 2 allocations a request with maxFree 2, 1 or 8, serial or
+// parallel, and 5 with none. Each list kept costs about 200 bytes, for
+// ever, in each of 512 shards.
 const (
-	maxFree = 8
+	maxFree = 2
 	maxIdle = 8
 )
 
@@ -111,6 +121,39 @@ type list[K comparable] struct {
 
 // empty reports whether l holds no entry, live or dead.
 func (l *list[K]) empty() bool { return l.n == 0 && len(l.lv) == l.lvHead }
+
+// An empty list keeps room for a few entries, so that a hot key that
+// drains and fills again allocates nothing: its first two chunks, if they
+// are the smallest (chunkCaps[0]+chunkCaps[1] entries), a slice with room
+// for emptyChunkSlots chunks, and emptyLevels levelled entries. Whatever
+// more it grew to is let go when it empties: it stays in the shard's ring
+// of idle lists and then on its free list, and what those keep must not
+// be what a burst of entries left behind.
+const (
+	emptyChunkSlots = 4
+	emptyLevels     = 16
+)
+
+// trimLocked lets an empty list go of what it holds beyond the room an
+// empty list keeps. The caller holds the shard's lock.
+func (l *list[K]) trimLocked() {
+	if cap(l.chunks) > emptyChunkSlots {
+		l.chunks = nil
+	}
+	// A purge in slices deletes chunks where it emptied them, so the
+	// first chunks need not be the smallest.
+	for i, c := range l.chunks {
+		if i == 2 || cap(c) > chunkCaps[i] {
+			clear(l.chunks[i:])
+			l.chunks = l.chunks[:i]
+			break
+		}
+	}
+	if cap(l.lv) > emptyLevels {
+		l.lv = nil
+	}
+	l.lv, l.lvHead = l.lv[:0], 0
+}
 
 // MaxChunk is the most entries one chunk of a list holds. A purge slice
 // reads whole chunks, at least two, so it may visit up to two chunks more
@@ -187,6 +230,7 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	}
 	sh.lists[h] = l
 	sh.n++
+	sh.peak = max(sh.peak, sh.n)
 	return l
 }
 
@@ -196,6 +240,7 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 // CancelForKey may have removed it meanwhile, and a new list taken its
 // key).
 func (w *Watchers[K]) emptiedLocked(sh *shard[K], l *list[K]) {
+	l.trimLocked()
 	if l.idle {
 		return
 	}
@@ -225,11 +270,11 @@ func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
 	var zero K
 	l.key = zero // do not keep the user's key reachable
 	l.idle = false
+	l.trimLocked()
 	if len(l.chunks) > 1 {
 		clear(l.chunks[1:])
 		l.chunks = l.chunks[:1]
 	}
-	l.resetLevels()
 	l.next, sh.free = sh.free, l
 	sh.nfree++
 }
@@ -257,10 +302,30 @@ func (sh *shard[K]) removeLocked(h uint64, key K) *list[K] {
 				delete(sh.lists, h)
 			}
 			sh.n--
+			if sh.n <= sh.peak/4 && sh.peak > smallMap {
+				sh.remapLocked()
+			}
 			return l
 		}
 		pp = l
 	}
+}
+
+// smallMap is how many entries a map holds in its first group of slots,
+// the least it costs: a shard that never held more has nothing to give
+// back.
+const smallMap = 8
+
+// remapLocked moves the shard's lists to a fresh map, so that the room a
+// map grew to for many more keys than it now holds is let go. It runs once
+// a quarter of the peak is left, so the lists it moves are at most a third
+// of those removed since the last move: O(1) a removal, amortised.
+func (sh *shard[K]) remapLocked() {
+	m := make(map[uint64]*list[K], sh.n)
+	for h, l := range sh.lists {
+		m[h] = l
+	}
+	sh.lists, sh.peak = m, sh.n
 }
 
 // Marks records, for the keys of one operation, how many checks each key's
