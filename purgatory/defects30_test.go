@@ -168,8 +168,10 @@ func TestResetToDueUnderTheSharedLock(t *testing.T) {
 						mt.Advance(0)
 						mt.Advance(to) // a sub-tick timeout: its deadline
 					}
-					waitFor(t, op.IsExpired)
-					assert.Equal(t, int32(1), op.Expiries.Load())
+					// OnExpiration is the expiry's last step.
+					waitFor(t, func() bool { return op.Expiries.Load() == 1 })
+					assert.True(t, op.IsExpired())
+					assert.Equal(t, int32(1), op.Completes.Load())
 				})
 			}
 		}
