@@ -42,10 +42,11 @@ const (
 	maxValueBytes  = 1 << 20
 )
 
-// poll is one GET /wait. OnComplete runs once, on whichever goroutine
-// completed the poll (a notify's, the reaper's at the timeout, the
-// context's when the client hangs up, Shutdown's), so it only hands the
-// cause to the handler, which writes the answer, and never blocks.
+// poll is one GET /wait. TryComplete runs with the poll's lock held and
+// takes the store's lock inside it (see notify). OnComplete runs once, on
+// whichever goroutine completed the poll (a notify's, the reaper's at the
+// timeout, the context's when the client hangs up, Shutdown's), so it only
+// hands the cause to the handler, which writes the answer, and never blocks.
 type poll struct {
 	operation.Base
 	store *store
