@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean
 
 all: lint build test
 
@@ -97,6 +97,15 @@ BROKER_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-produce_fetch
 broker: deps
 	cd examples && $(GO) build -o $(BROKER_BIN) ./produce_fetch
 	exec $(BROKER_BIN) -kafka $(BROKER_ADDR) -listen $(BROKER_HTTP)
+
+# longpoll: the long-poll HTTP server of examples/longpoll on 127.0.0.1:8080
+# until Ctrl-C, built and exec'd as broker is. It exits 0 once it has
+# answered every parked poll.
+LONGPOLL_ADDR ?= 127.0.0.1:8080
+LONGPOLL_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-longpoll
+longpoll: deps
+	cd examples && $(GO) build -o $(LONGPOLL_BIN) ./longpoll
+	exec $(LONGPOLL_BIN) -addr $(LONGPOLL_ADDR)
 
 clean:
 	$(GO) clean -testcache
