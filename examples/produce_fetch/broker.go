@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/purgatory/timing"
@@ -47,11 +48,9 @@ type partition struct {
 	key tpKey
 
 	mu        sync.Mutex
-	batches   []storedBatch // the log (log.go)
-	leo       int64         // log end offset: the offset the next record gets
-	size      int64         // bytes of all batches
-	hw        int64         // high watermark
-	leader    bool          // false once leadership moves away
+	log       partlog.Log // its end is the leader's log end offset
+	hw        int64       // high watermark
+	leader    bool        // false once leadership moves away
 	followers []*follower
 }
 
@@ -247,7 +246,7 @@ func (b *Broker) Topics() []string {
 	return ts
 }
 
-// Append writes a record batch (already checked by parseBatch) to the
+// Append writes a record batch (already checked by partlog.ParseBatch) to the
 // leader's log, and returns its base offset and the log end offset after
 // it, or an error code. It wakes fetches waiting for data on the partition;
 // a produce with acks=all then waits for the high watermark.
@@ -261,8 +260,8 @@ func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64
 		p.mu.Unlock()
 		return 0, 0, errNotLeader
 	}
-	base = p.appendLocked(raw, numRecords)
-	end = p.leo
+	base = p.log.Append(raw, numRecords)
+	end = p.log.End()
 	hwMoved := p.updateHighWatermarkLocked()
 	hw := p.hw
 	p.mu.Unlock()
@@ -279,7 +278,7 @@ func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64
 // offset over the leader and its in-sync followers, and reports whether it
 // moved. It only moves forward, as in Kafka. The caller holds p.mu.
 func (p *partition) updateHighWatermarkLocked() bool {
-	hw := p.leo
+	hw := p.log.End()
 	for _, f := range p.followers {
 		if f.inSync {
 			hw = min(hw, f.leo)
@@ -321,7 +320,7 @@ func (b *Broker) replicate(p *partition, f *follower) {
 			<-b.stop
 			return
 		}
-		next := nextOffset(resp.Partitions[0].Batches, offset)
+		next := partlog.NextOffset(resp.Partitions[0].Batches, offset)
 		if lag := time.Duration(f.lag.Load()); lag > 0 && next > offset {
 			t := time.NewTimer(lag)
 			select {
@@ -382,12 +381,12 @@ func (b *Broker) followerFetch(p *partition, f *follower, offset int64, at time.
 	}
 	f.leo = max(f.leo, offset)
 	switch {
-	case offset >= p.leo:
+	case offset >= p.log.End():
 		f.caughtUp = laterOf(f.caughtUp, at)
 	case offset >= f.lastFetchLEO:
 		f.caughtUp = laterOf(f.caughtUp, f.lastFetchTime)
 	}
-	f.lastFetchLEO, f.lastFetchTime = p.leo, at
+	f.lastFetchLEO, f.lastFetchTime = p.log.End(), at
 	if !f.inSync && f.leo >= p.hw {
 		f.inSync = true
 		b.isrExpands.Add(1)
@@ -507,7 +506,7 @@ type partitionState struct {
 func (p *partition) state() partitionState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := partitionState{leader: p.leader, leo: p.leo, hw: p.hw}
+	s := partitionState{leader: p.leader, leo: p.log.End(), hw: p.hw}
 	for _, f := range p.followers {
 		s.all = append(s.all, int32(f.id))
 		if f.inSync {
@@ -515,6 +514,35 @@ func (p *partition) state() partitionState {
 		}
 	}
 	return s
+}
+
+// bytesBetween is how many bytes a read of offsets [from, to) returns.
+func (p *partition) bytesBetween(from, to int64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.BytesBetween(from, to)
+}
+
+// read returns the whole batches holding offsets [from, to), up to
+// maxBytes (partlog.Log.Read).
+func (p *partition) read(from, to, maxBytes int64, minOne bool) [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Read(from, to, maxBytes, minOne)
+}
+
+// offsetForTimestamp is ListOffsets by time (partlog.Log.OffsetForTimestamp).
+func (p *partition) offsetForTimestamp(ts int64) (offset, timestamp int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.OffsetForTimestamp(ts)
+}
+
+// batches returns the stored batches, for tests.
+func (p *partition) batches() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Batches()
 }
 
 // BrokerStats is what the status line shows.

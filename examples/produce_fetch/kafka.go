@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // The broker over Kafka's wire protocol: enough of it for a Kafka client's
@@ -32,7 +34,7 @@ import (
 var kafkaAPIs = []kmsg.ApiVersionsResponseApiKey{
 	// Produce from v0, though v0-2 carry the old message sets: librdkafka
 	// before 2.11.1 compresses with gzip, snappy or lz4 only if Produce v0
-	// is advertised (see upConvertMessageSet in log.go).
+	// is advertised (see partlog.UpConvertMessageSet).
 	{ApiKey: 0, MinVersion: 0, MaxVersion: 11},
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch: v4 adds isolation levels; v13 names topics by ID
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets: v7 adds max-timestamp lookups
@@ -509,7 +511,7 @@ func (s *KafkaServer) produce(req *kmsg.ProduceRequest, answer func(kmsg.Respons
 				// A message set of the old formats: stored as a v2 batch.
 				var e *kerr.Error
 				var msg string
-				if batch, _, e, msg = upConvertMessageSet(p.Records); e != nil {
+				if batch, _, e, msg = partlog.UpConvertMessageSet(p.Records); e != nil {
 					rp.ErrorCode = e.Code
 					rp.ErrorMessage = &msg
 					continue

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // rawClient speaks to the Kafka front end over a bare TCP connection, so
@@ -197,7 +199,7 @@ func TestKafkaUnknownTopicsAndCorruptBatches(t *testing.T) {
 		pt := kmsg.NewProduceRequestTopic()
 		pt.Topic = topic
 		pp := kmsg.NewProduceRequestTopicPartition()
-		pp.Records = encodeBatch([][]byte{[]byte("v")}, time.Now())
+		pp.Records = partlog.EncodeBatch([][]byte{[]byte("v")}, time.Now())
 		if topic == "t" {
 			pp.Records[len(pp.Records)-1] ^= 1 // breaks the CRC
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // kafkaBroker is a broker served over Kafka's protocol on a loopback port,
@@ -122,7 +124,7 @@ func TestKafkaProduceTimesOutWithAStoppedFollower(t *testing.T) {
 	topic := kmsg.NewProduceRequestTopic()
 	topic.Topic = "t"
 	part := kmsg.NewProduceRequestTopicPartition()
-	part.Partition, part.Records = 1, encodeBatch([][]byte{[]byte("x")}, time.Now())
+	part.Partition, part.Records = 1, partlog.EncodeBatch([][]byte{[]byte("x")}, time.Now())
 	topic.Partitions = append(topic.Partitions, part)
 	req.Topics = append(req.Topics, topic)
 	start := time.Now()
@@ -284,7 +286,7 @@ func TestKafkaShutdownAnswersParkedRequests(t *testing.T) {
 		topic := kmsg.NewProduceRequestTopic()
 		topic.Topic = "t"
 		part := kmsg.NewProduceRequestTopicPartition()
-		part.Records = encodeBatch([][]byte{[]byte("x")}, time.Now())
+		part.Records = partlog.EncodeBatch([][]byte{[]byte("x")}, time.Now())
 		topic.Partitions = append(topic.Partitions, part)
 		req.Topics = append(req.Topics, topic)
 		resp, err := req.RequestWith(ctx, cl.Broker(0))
@@ -379,7 +381,7 @@ func TestKafkaAndHTTPShareTheLog(t *testing.T) {
 	}
 	require.NoError(t, cl.ProduceSync(pctx, recs...).FirstErr())
 	var rb kmsg.RecordBatch
-	require.NoError(t, rb.ReadFrom(b.partitions[tp(0)].batches[0].raw))
+	require.NoError(t, rb.ReadFrom(b.partitions[tp(0)].batches()[0]))
 	require.Equal(t, int32(3), rb.NumRecords, "one batch of three")
 	require.Equal(t, int16(kgo.CodecSnappy), rb.Attributes&0x07, "stored compressed, as sent")
 

@@ -104,9 +104,9 @@ func TestKcatCompresses(t *testing.T) {
 		assert.NotContains(t, string(out), "not compressing", "librdkafka compressed with %s", c.name)
 		part := kb.b.partitions[tp(int32(i))]
 		part.mu.Lock()
-		require.Len(t, part.batches, 1, "one batch of two records")
+		require.Len(t, part.log.Batches(), 1, "one batch of two records")
 		var rb kmsg.RecordBatch
-		require.NoError(t, rb.ReadFrom(part.batches[0].raw))
+		require.NoError(t, rb.ReadFrom(part.log.Batches()[0]))
 		part.mu.Unlock()
 		assert.Equal(t, c.attr, rb.Attributes&0x07, "the batch arrived compressed with %s", c.name)
 		assert.Equal(t, int32(2), rb.NumRecords)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // The two requests both front ends (HTTP and Kafka's protocol) turn into.
@@ -50,7 +52,7 @@ func (b *Broker) ProduceFunc(req ProduceRequest, respond func(ProduceResponse)) 
 		case req.Acks != -1 && req.Acks != 0 && req.Acks != 1:
 			st.settle(kerr.InvalidRequiredAcks, "")
 		default:
-			rb, e, msg := parseBatch(pp.Batch)
+			rb, e, msg := partlog.ParseBatch(pp.Batch)
 			if e != nil {
 				st.settle(e, msg)
 				continue
