@@ -83,7 +83,7 @@ type Broker struct {
 	topics     map[string][]*partition // by topic, in partition order
 	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
 	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
-	groups     *Coordinator // consumer groups and their offsets (groups.go)
+	groups     *Coordinator // consumer groups and their offsets (delayed_group.go)
 	// produceTimes and fetchTimes time the two purgatories' operations.
 	produceTimes, fetchTimes *timing.Recorder
 
@@ -220,6 +220,9 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 type sharedTimer struct{ timer.Timer }
 
 func (sharedTimer) Close() error { return nil }
+
+// hasPartition says whether the broker has partition tp.
+func (b *Broker) hasPartition(tp tpKey) bool { return b.partitions[tp] != nil }
 
 // Partitions lists the partitions the broker leads, in order.
 func (b *Broker) Partitions() []tpKey {

@@ -39,7 +39,7 @@ var kafkaAPIs = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch: v4 adds isolation levels; v13 names topics by ID
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets: v7 adds max-timestamp lookups
 	{ApiKey: 3, MinVersion: 1, MaxVersion: 9},  // Metadata: v10 adds topic IDs
-	// The group coordinator (groups.go), from v0 as librdkafka's
+	// The group coordinator (internal/groups), from v0 as librdkafka's
 	// feature check wants for its balanced consumer; the newest versions
 	// are those of KIP-848's protocol, or name topics by ID.
 	{ApiKey: 8, MinVersion: 0, MaxVersion: 8},  // OffsetCommit: v9 is KIP-848's, v10 names topics by ID

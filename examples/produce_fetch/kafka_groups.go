@@ -5,10 +5,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
 )
 
 // The group APIs over Kafka's wire protocol: each handler turns a kmsg
-// request into a call of the Coordinator (groups.go) and its result back
+// request into a call of the coordinator (internal/groups) and its result back
 // into the kmsg response of the request's version. JoinGroup and SyncGroup
 // may be answered later, from the coordinator's callbacks.
 
@@ -38,7 +40,7 @@ func (s *KafkaServer) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Res
 		switch {
 		case req.CoordinatorType != 0:
 			return -1, "", -1, kerr.CoordinatorNotAvailable
-		case s.b.groups.isClosed():
+		case s.b.groups.Closed():
 			return -1, "", -1, kerr.CoordinatorNotAvailable
 		}
 		return 0, host, port, nil
@@ -60,36 +62,34 @@ func (s *KafkaServer) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Res
 	return resp
 }
 
-func (c *Coordinator) isClosed() bool { return c.closed.Load() }
-
 // joinGroup parks until the rebalance completes (or answers at once).
 // Static membership (v5+'s group.instance.id) is not supported: such a
 // member is treated as a dynamic one.
 func (s *KafkaServer) joinGroup(req *kmsg.JoinGroupRequest, rc reqContext, answer func(kmsg.Response)) {
-	r := JoinRequest{Group: req.Group, MemberID: req.MemberID, ClientID: rc.clientID, ClientHost: rc.host,
+	r := groups.JoinRequest{Group: req.Group, MemberID: req.MemberID, ClientID: rc.clientID, ClientHost: rc.host,
 		ProtocolType: req.ProtocolType, Session: millis(req.SessionTimeoutMillis),
 		Rebalance: millis(req.RebalanceTimeoutMillis), RequireKnownMemberID: req.Version >= 4}
 	if req.Version == 0 {
 		r.Rebalance = r.Session // v0 has one timeout for both
 	}
 	for _, p := range req.Protocols {
-		r.Protocols = append(r.Protocols, groupProtocol{name: p.Name, metadata: p.Metadata})
+		r.Protocols = append(r.Protocols, groups.Protocol{Name: p.Name, Metadata: p.Metadata})
 	}
-	s.b.groups.Join(r, func(res joinResult) {
+	s.b.groups.Join(r, func(res groups.JoinResult) {
 		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
-		resp.ErrorCode = errCode(res.err)
-		resp.Generation = res.generation
-		resp.MemberID = res.memberID
-		resp.LeaderID = res.leader
-		if res.err == nil {
-			resp.ProtocolType = kmsg.StringPtr(res.protocolType)
-			resp.Protocol = kmsg.StringPtr(res.protocol)
+		resp.ErrorCode = errCode(res.Err)
+		resp.Generation = res.Generation
+		resp.MemberID = res.MemberID
+		resp.LeaderID = res.Leader
+		if res.Err == nil {
+			resp.ProtocolType = kmsg.StringPtr(res.ProtocolType)
+			resp.Protocol = kmsg.StringPtr(res.Protocol)
 		} else if req.Version < 7 {
 			resp.Protocol = kmsg.StringPtr("") // not nullable before v7
 		}
-		for _, m := range res.members {
+		for _, m := range res.Members {
 			jm := kmsg.NewJoinGroupResponseMember()
-			jm.MemberID, jm.ProtocolMetadata = m.id, m.metadata
+			jm.MemberID, jm.ProtocolMetadata = m.ID, m.Metadata
 			resp.Members = append(resp.Members, jm)
 		}
 		answer(resp)
@@ -101,15 +101,15 @@ func (s *KafkaServer) syncGroup(req *kmsg.SyncGroupRequest, answer func(kmsg.Res
 	for _, a := range req.GroupAssignment {
 		assignments[a.MemberID] = a.MemberAssignment
 	}
-	s.b.groups.Sync(req.Group, req.Generation, req.MemberID, req.ProtocolType, req.Protocol, assignments, func(res syncResult) {
+	s.b.groups.Sync(req.Group, req.Generation, req.MemberID, req.ProtocolType, req.Protocol, assignments, func(res groups.SyncResult) {
 		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
-		resp.ErrorCode = errCode(res.err)
-		resp.MemberAssignment = res.assignment
+		resp.ErrorCode = errCode(res.Err)
+		resp.MemberAssignment = res.Assignment
 		if resp.MemberAssignment == nil {
 			resp.MemberAssignment = []byte{}
 		}
-		if res.err == nil {
-			resp.ProtocolType, resp.Protocol = kmsg.StringPtr(res.protocolType), kmsg.StringPtr(res.protocol)
+		if res.Err == nil {
+			resp.ProtocolType, resp.Protocol = kmsg.StringPtr(res.ProtocolType), kmsg.StringPtr(res.Protocol)
 		}
 		answer(resp)
 	})
@@ -152,10 +152,10 @@ func (s *KafkaServer) leaveGroup(req *kmsg.LeaveGroupRequest) kmsg.Response {
 
 func (s *KafkaServer) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	var commits []OffsetCommit
+	var commits []groups.OffsetCommit
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
-			commits = append(commits, OffsetCommit{TP: tpKey{Topic: t.Topic, Partition: p.Partition},
+			commits = append(commits, groups.OffsetCommit{TP: tpKey{Topic: t.Topic, Partition: p.Partition},
 				Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata})
 		}
 	}
@@ -163,7 +163,7 @@ func (s *KafkaServer) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response 
 	if req.Version == 0 {
 		generation = -1 // v0 predates group membership: offsets only
 	}
-	errs := s.b.groups.CommitOffsets(s.b, req.Group, generation, req.MemberID, commits)
+	errs := s.b.groups.CommitOffsets(s.b.hasPartition, req.Group, generation, req.MemberID, commits)
 	i := 0
 	for _, t := range req.Topics {
 		rt := kmsg.NewOffsetCommitResponseTopic()
@@ -188,7 +188,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		topics map[string][]int32 // nil: all
 		order  []string
 	}
-	fetch := func(gt groupTopics) ([]FetchedOffset, *kerr.Error) {
+	fetch := func(gt groupTopics) ([]groups.FetchedOffset, *kerr.Error) {
 		var tps []tpKey
 		if gt.topics != nil {
 			tps = []tpKey{}
@@ -201,7 +201,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		return s.b.groups.FetchOffsets(gt.group, tps)
 	}
 	// byTopic groups fetched offsets by topic, in the order they came.
-	byTopic := func(fos []FetchedOffset, add func(topic string, fo FetchedOffset)) {
+	byTopic := func(fos []groups.FetchedOffset, add func(topic string, fo groups.FetchedOffset)) {
 		for _, fo := range fos {
 			add(fo.TP.Topic, fo)
 		}
@@ -224,7 +224,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		fos, e := fetch(gt)
 		resp.ErrorCode = errCode(e)
 		idx := map[string]int{}
-		byTopic(fos, func(topic string, fo FetchedOffset) {
+		byTopic(fos, func(topic string, fo groups.FetchedOffset) {
 			i, ok := idx[topic]
 			if !ok {
 				i = len(resp.Topics)
@@ -260,7 +260,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		rg := kmsg.NewOffsetFetchResponseGroup()
 		rg.Group, rg.ErrorCode = g.Group, errCode(e)
 		idx := map[string]int{}
-		byTopic(fos, func(topic string, fo FetchedOffset) {
+		byTopic(fos, func(topic string, fo groups.FetchedOffset) {
 			i, ok := idx[topic]
 			if !ok {
 				i = len(rg.Topics)

@@ -141,7 +141,7 @@ func (s *syncBuffer) String() string {
 // interrupted.
 func TestKcatGroupOfTwo(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := groupBroker(t)
+	kb := groupBroker(t, nil)
 	ctx := testCtx(t, 90*time.Second)
 	producer := kb.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 
