@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // Short group timeouts keep the end-to-end tests to seconds; the bounds
@@ -31,7 +32,7 @@ const (
 // sessions from 100 ms, and a 100 ms initial rebalance delay.
 func groupBroker(t *testing.T, onRemove func(string, groups.MemberSummary, groups.Removal)) *kafkaBroker {
 	return startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 8, Groups: GroupConfig{
-		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond, OnRemove: onRemove}}, KafkaConfig{})
+		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond, OnRemove: onRemove}}, kafkawire.Config{})
 }
 
 // ledger counts the records a group consumed, each counted only once its

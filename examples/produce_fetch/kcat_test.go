@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // kcat is librdkafka's command-line client: a Kafka client this project
@@ -31,7 +33,7 @@ func kcatPath(t *testing.T) string {
 // long-polls at the log end and gets the next record once it is produced.
 func TestKcatRoundTrip(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, kafkawire.Config{})
 	ctx := testCtx(t, 90*time.Second)
 	run := func(stdin string, args ...string) string {
 		t.Helper()
@@ -88,7 +90,7 @@ func TestKcatRoundTrip(t *testing.T) {
 // consumer reads the records back.
 func TestKcatCompresses(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 3}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 3}, kafkawire.Config{})
 	ctx := testCtx(t, 60*time.Second)
 	codecs := []struct {
 		name string

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
@@ -38,7 +39,7 @@ func encodeOldMessage(magic int8, offset int64, attrs int8, ts int64, key, value
 // back by a Kafka client at the offsets the broker gave them. A message
 // with a bad CRC fails its partition alone, with CORRUPT_MESSAGE.
 func TestKafkaProduceOldMessageSetsAreUpConverted(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2}, kafkawire.Config{})
 	c := dialRaw(t, kb.addr)
 	now := time.Now().UnixMilli()
 
