@@ -40,7 +40,7 @@ func catchUpAt(b *Broker, p tpKey, id int, at time.Time) {
 	part.mu.Lock()
 	leo := part.log.End()
 	part.mu.Unlock()
-	b.followerFetch(part, part.followers[id-1], leo, at)
+	b.followerFetch(part, part.followers[id-1], leo, 0, at)
 }
 
 // records is one partition's part of a produce: a batch of values.

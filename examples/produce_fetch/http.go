@@ -306,13 +306,14 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
-// metricsHandler serves both purgatories' Stats to Prometheus, under
+// metricsHandler serves the ReplicaManager's purgatories' Stats to Prometheus, under
 // Kafka's metric names (contrib/prometheus), with the Go runtime's own
 // metrics beside them.
 func metricsHandler(b *Broker) http.Handler {
 	c := purgatoryprom.NewCollector()
 	_ = c.Add("Produce", b.produce, purgatoryprom.WithTimes(b.produceTimes)) // the names are fixed and distinct
 	_ = c.Add("Fetch", b.fetch, purgatoryprom.WithTimes(b.fetchTimes))
+	_ = c.Add("DeleteRecords", b.deleteRecords)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector())
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -55,8 +55,8 @@ func (w wireBroker) Partition(tp tpKey) (kafkawire.PartitionState, bool) {
 
 func (p *partition) wireState() kafkawire.PartitionState {
 	st := p.state()
-	return kafkawire.PartitionState{Partition: p.key.Partition, Leader: st.leader, HighWatermark: st.hw,
-		Replicas: st.all, ISR: st.isr}
+	return kafkawire.PartitionState{Partition: p.key.Partition, Leader: st.leader, LogStart: st.logStart,
+		HighWatermark: st.hw, Replicas: st.all, ISR: st.isr}
 }
 
 func (w wireBroker) OffsetForTimestamp(tp tpKey, ts int64) (offset, timestamp int64) {
@@ -167,10 +167,48 @@ func (w wireBroker) Fetch(req *kmsg.FetchRequest, answer func(kmsg.Response)) {
 			}
 			rp.HighWatermark = p.HighWatermark
 			rp.LastStableOffset = p.HighWatermark // no transactions: nothing is unstable
-			rp.LogStartOffset = 0
+			rp.LogStartOffset = p.LogStartOffset
 			for _, b := range p.Batches {
 				rp.RecordBatches = append(rp.RecordBatches, b...)
 			}
+		}
+		answer(resp)
+	})
+}
+
+// DeleteRecords turns a DeleteRecords request into DeleteRecordsFunc
+// (delayed_delete_records.go) and its answer back.
+func (w wireBroker) DeleteRecords(req *kmsg.DeleteRecordsRequest, answer func(kmsg.Response)) {
+	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	dr := DeleteRecordsRequest{Timeout: time.Duration(max(req.TimeoutMillis, 0)) * time.Millisecond}
+	slots := map[tpKey]*kmsg.DeleteRecordsResponseTopicPartition{}
+	resp.Topics = make([]kmsg.DeleteRecordsResponseTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		rt := &resp.Topics[i]
+		*rt = kmsg.NewDeleteRecordsResponseTopic()
+		rt.Topic = t.Topic
+		rt.Partitions = make([]kmsg.DeleteRecordsResponseTopicPartition, len(t.Partitions))
+		for j, p := range t.Partitions {
+			rp := &rt.Partitions[j]
+			*rp = kmsg.NewDeleteRecordsResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.LowWatermark = -1
+			tp := tpKey{Topic: t.Topic, Partition: p.Partition}
+			if slots[tp] != nil {
+				rp.ErrorCode = kerr.InvalidRequest.Code // named twice in one request
+				continue
+			}
+			slots[tp] = rp
+			dr.Partitions = append(dr.Partitions, DeleteRecordsPartition{TP: tp, Offset: p.Offset})
+		}
+	}
+	w.b.DeleteRecordsFunc(dr, func(r DeleteRecordsResponse) {
+		for _, p := range r.Partitions {
+			rp := slots[p.TP]
+			if p.Err != nil {
+				rp.ErrorCode = p.Err.Code
+			}
+			rp.LowWatermark = p.LowWatermark
 		}
 		answer(resp)
 	})

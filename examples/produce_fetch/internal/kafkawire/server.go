@@ -25,13 +25,15 @@ import (
 
 type tpKey = operation.TopicPartitionKey
 
-// Broker is what the server serves. Produce and Fetch answer through
-// answer, at once or once the request completes in the broker's
-// purgatories; answer may be called on another goroutine, and must be
-// called exactly once (a Produce with acks 0 is answered into the void).
+// Broker is what the server serves. Produce, Fetch and DeleteRecords
+// answer through answer, at once or once the request completes in the
+// broker's purgatories; answer may be called on another goroutine, and
+// must be called exactly once (a Produce with acks 0 is answered into the
+// void).
 type Broker interface {
 	Produce(req *kmsg.ProduceRequest, answer func(kmsg.Response))
 	Fetch(req *kmsg.FetchRequest, answer func(kmsg.Response))
+	DeleteRecords(req *kmsg.DeleteRecordsRequest, answer func(kmsg.Response))
 	// Topics lists the topics, in order.
 	Topics() []string
 	// TopicPartitions describes topic's partitions, in order; nil if there
@@ -50,6 +52,7 @@ type Broker interface {
 type PartitionState struct {
 	Partition     int32
 	Leader        bool  // false once leadership moved away
+	LogStart      int64 // the earliest offset a consumer may read from
 	HighWatermark int64 // the latest offset a consumer may read from
 	// Replicas and ISR are follower ids (1..n): every follower, and the
 	// in-sync ones. The leader, broker 0, is added to both.
@@ -80,6 +83,7 @@ var apis = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 15, MinVersion: 0, MaxVersion: 6}, // DescribeGroups
 	{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
+	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords: parked until every replica has deleted
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 4}, // InitProducerId: idempotent producers (franz-go's default)
 }
 
@@ -474,7 +478,8 @@ func appendResponse(dst []byte, in *inflight) []byte {
 }
 
 // dispatch answers a request through answer, at once or, for Produce with
-// acks=all, Fetch, JoinGroup and SyncGroup, once a purgatory completes it.
+// acks=all, Fetch, DeleteRecords, JoinGroup and SyncGroup, once a
+// purgatory completes it.
 func (s *Server) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Response)) {
 	switch req := kreq.(type) {
 	case *kmsg.ApiVersionsRequest:
@@ -491,6 +496,8 @@ func (s *Server) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Res
 		s.b.Produce(req, answer)
 	case *kmsg.FetchRequest:
 		s.b.Fetch(req, answer)
+	case *kmsg.DeleteRecordsRequest:
+		s.b.DeleteRecords(req, answer)
 	case *kmsg.FindCoordinatorRequest:
 		answer(s.findCoordinator(req))
 	case *kmsg.JoinGroupRequest:
@@ -514,9 +521,9 @@ func (s *Server) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Res
 	}
 }
 
-// listOffsets answers where a consumer may start: the earliest offset (0:
-// nothing is deleted), the latest a consumer can read (the high watermark),
-// or the first batch at or after a timestamp.
+// listOffsets answers where a consumer may start: the earliest offset (the
+// log start offset, which DeleteRecords moves), the latest a consumer can
+// read (the high watermark), or the first batch at or after a timestamp.
 func (s *Server) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 	for _, t := range req.Topics {
@@ -535,8 +542,8 @@ func (s *Server) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 				rp.ErrorCode = kerr.NotLeaderForPartition.Code
 			case p.Timestamp == -1: // latest
 				rp.Offset = part.HighWatermark
-			case p.Timestamp == -2: // earliest
-				rp.Offset = 0
+			case p.Timestamp == -2: // earliest: the log start offset
+				rp.Offset = part.LogStart
 			case p.Timestamp >= 0:
 				rp.Offset, rp.Timestamp = s.b.OffsetForTimestamp(tp, p.Timestamp)
 			default:

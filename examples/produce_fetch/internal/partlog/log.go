@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,9 +21,10 @@ import (
 // partition that owns it guards it with its own lock, which also guards
 // the replication state that must change in step with the log.
 type Log struct {
-	batches []storedBatch
-	end     int64 // log end offset: the offset the next record gets
-	size    int64 // bytes of all batches
+	batches []storedBatch // those holding offsets at or after start
+	start   int64         // log start offset: the first offset a read may ask for
+	end     int64         // log end offset: the offset the next record gets
+	size    int64         // bytes of all batches ever appended
 }
 
 // storedBatch is one batch in a partition's log.
@@ -86,6 +88,26 @@ func (l *Log) Append(raw []byte, numRecords int32) int64 {
 // End is the log end offset: the offset the next record appended gets.
 func (l *Log) End() int64 { return l.end }
 
+// Start is the log start offset: offsets below it are deleted. It only
+// rises.
+func (l *Log) Start() int64 { return l.start }
+
+// DeleteBefore moves the log start offset up to offset, which the caller
+// has checked is at most End (Kafka's maybeIncrementLogStartOffset), and
+// drops the batches wholly below it. A batch that straddles the new start
+// is kept whole: a read from inside it returns the whole batch, and the
+// client skips the records before its offset, as for any read. Byte
+// positions are those of the whole log's history, so they do not move.
+// An offset at or below Start changes nothing.
+func (l *Log) DeleteBefore(offset int64) {
+	if offset <= l.start {
+		return
+	}
+	l.start = offset
+	i := l.batchIndex(offset)
+	l.batches = slices.Delete(l.batches, 0, i)
+}
+
 // Batches returns the stored batches, in order, each as it is served.
 func (l *Log) Batches() [][]byte {
 	out := make([][]byte, len(l.batches))
@@ -145,7 +167,7 @@ func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64) {
 	for _, b := range l.batches {
 		var rb kmsg.RecordBatch
 		if rb.ReadFrom(b.raw) == nil && rb.MaxTimestamp >= ts {
-			return b.base, rb.MaxTimestamp
+			return max(b.base, l.start), rb.MaxTimestamp
 		}
 	}
 	return -1, -1
