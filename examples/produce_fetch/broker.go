@@ -235,9 +235,6 @@ type sharedTimer struct{ timer.Timer }
 
 func (sharedTimer) Close() error { return nil }
 
-// hasPartition says whether the broker has partition tp.
-func (b *Broker) hasPartition(tp tpKey) bool { return b.partitions[tp] != nil }
-
 // Partitions lists the partitions the broker leads, in order.
 func (b *Broker) Partitions() []tpKey {
 	keys := make([]tpKey, 0, len(b.partitions))
