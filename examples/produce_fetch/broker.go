@@ -616,7 +616,7 @@ type BrokerStats struct {
 	Groups          GroupStats
 }
 
-// Stats returns the two purgatories' counters and the ISR changes.
+// Stats returns the purgatories' counters and the ISR changes.
 func (b *Broker) Stats() BrokerStats {
 	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(), DeleteRecords: b.deleteRecords.Stats(),
 		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load(),
@@ -625,7 +625,7 @@ func (b *Broker) Stats() BrokerStats {
 
 // Close unloads the consumer groups, answering their parked JoinGroups
 // and SyncGroups with NOT_COORDINATOR, stops the followers, each
-// completing its own parked fetch, and shuts both purgatories down, which
+// completing its own parked fetch, and shuts its purgatories down, which
 // answers every request still waiting (their timeouts fire early), so that
 // nothing parked is dropped. Requests that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {

@@ -1,9 +1,10 @@
-// Command produce_fetch is a small in-memory broker that parks produce and
-// fetch requests in two purgatories, as Kafka's ReplicaManager does. By
-// default it runs a self-contained scenario for a few seconds and prints a
-// summary; with -kafka it serves Kafka clients (kcat, franz-go, ...), and
-// with -listen it serves the same broker over HTTP. See README.md beside
-// this file.
+// Command produce_fetch is a single-node, in-memory Kafka broker that parks
+// produce, fetch and DeleteRecords requests in purgatories, as Kafka's
+// ReplicaManager does, and consumer groups' waits, as its group
+// coordinator does. By default it runs a self-contained scenario for a
+// few seconds and prints a summary; with -kafka it serves Kafka clients
+// (kcat, franz-go, ...), and with -listen it serves the same broker over
+// HTTP. See README.md beside this file.
 package main
 
 import (
