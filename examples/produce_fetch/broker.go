@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/purgatory/timing"
@@ -47,11 +48,9 @@ type partition struct {
 	key tpKey
 
 	mu        sync.Mutex
-	batches   []storedBatch // the log (log.go)
-	leo       int64         // log end offset: the offset the next record gets
-	size      int64         // bytes of all batches
-	hw        int64         // high watermark
-	leader    bool          // false once leadership moves away
+	log       partlog.Log // its end is the leader's log end offset
+	hw        int64       // high watermark
+	leader    bool        // false once leadership moves away
 	followers []*follower
 }
 
@@ -62,6 +61,7 @@ type follower struct {
 	id int
 	// Guarded by the partition's mu:
 	leo      int64     // log end offset
+	logStart int64     // log start offset, as its last fetch reported it
 	caughtUp time.Time // last time it had the whole of the leader's log
 	inSync   bool      // a member of the in-sync replicas (ISR)
 	stopped  bool      // its fetches are ignored; replicate waits on resume
@@ -76,15 +76,16 @@ type follower struct {
 	resume chan struct{} // SetFollower signals a resume here, without blocking
 }
 
-// Broker is a small in-memory broker: partitions it leads, their follower
-// replicas, and the two purgatories of Kafka's ReplicaManager. Its methods
-// are safe for concurrent use.
+// Broker is an in-memory broker: partitions it leads, their follower
+// replicas, and the three purgatories of Kafka's ReplicaManager. Its
+// methods are safe for concurrent use.
 type Broker struct {
-	partitions map[tpKey]*partition
-	topics     map[string][]*partition // by topic, in partition order
-	produce    *purgatory.Purgatory[tpKey, *DelayedProduce]
-	fetch      *purgatory.Purgatory[tpKey, *DelayedFetch]
-	groups     *Coordinator // consumer groups and their offsets (groups.go)
+	partitions    map[tpKey]*partition
+	topics        map[string][]*partition // by topic, in partition order
+	produce       *purgatory.Purgatory[tpKey, *DelayedProduce]
+	fetch         *purgatory.Purgatory[tpKey, *DelayedFetch]
+	deleteRecords *purgatory.Purgatory[tpKey, *DelayedDeleteRecords]
+	groups        *Coordinator // consumer groups and their offsets (delayed_group.go)
 	// produceTimes and fetchTimes time the two purgatories' operations.
 	produceTimes, fetchTimes *timing.Recorder
 
@@ -167,6 +168,16 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 		_ = pp.Shutdown(context.Background())
 		return nil, err
 	}
+	var dopts []purgatory.Option
+	if c.Timer != nil {
+		dopts = append(dopts, purgatory.WithTimer(sharedTimer{c.Timer}), purgatory.WithoutReaper())
+	}
+	dp, err := purgatory.New[tpKey, *DelayedDeleteRecords]("DeleteRecords", dopts...)
+	if err != nil {
+		_ = pp.Shutdown(context.Background())
+		_ = fp.Shutdown(context.Background())
+		return nil, err
+	}
 	if c.Groups.Timer == nil {
 		c.Groups.Timer = c.Timer
 	}
@@ -174,16 +185,18 @@ func NewBroker(c BrokerConfig) (*Broker, error) {
 	if err != nil {
 		_ = pp.Shutdown(context.Background())
 		_ = fp.Shutdown(context.Background())
+		_ = dp.Shutdown(context.Background())
 		return nil, err
 	}
 	b := &Broker{
-		partitions: make(map[tpKey]*partition),
-		topics:     make(map[string][]*partition),
-		produce:    pp,
-		fetch:      fp,
-		groups:     gc,
-		lagMax:     c.ReplicaLagMax,
-		stop:       make(chan struct{}),
+		partitions:    make(map[tpKey]*partition),
+		topics:        make(map[string][]*partition),
+		produce:       pp,
+		fetch:         fp,
+		deleteRecords: dp,
+		groups:        gc,
+		lagMax:        c.ReplicaLagMax,
+		stop:          make(chan struct{}),
 	}
 	b.produceTimes, b.fetchTimes = produceTimes, fetchTimes
 	now := time.Now()
@@ -247,7 +260,7 @@ func (b *Broker) Topics() []string {
 	return ts
 }
 
-// Append writes a record batch (already checked by parseBatch) to the
+// Append writes a record batch (already checked by partlog.ParseBatch) to the
 // leader's log, and returns its base offset and the log end offset after
 // it, or an error code. It wakes fetches waiting for data on the partition;
 // a produce with acks=all then waits for the high watermark.
@@ -261,8 +274,8 @@ func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64
 		p.mu.Unlock()
 		return 0, 0, errNotLeader
 	}
-	base = p.appendLocked(raw, numRecords)
-	end = p.leo
+	base = p.log.Append(raw, numRecords)
+	end = p.log.End()
 	hwMoved := p.updateHighWatermarkLocked()
 	hw := p.hw
 	p.mu.Unlock()
@@ -279,7 +292,7 @@ func (b *Broker) Append(tp tpKey, raw []byte, numRecords int32) (base, end int64
 // offset over the leader and its in-sync followers, and reports whether it
 // moved. It only moves forward, as in Kafka. The caller holds p.mu.
 func (p *partition) updateHighWatermarkLocked() bool {
-	hw := p.leo
+	hw := p.log.End()
 	for _, f := range p.followers {
 		if f.inSync {
 			hw = min(hw, f.leo)
@@ -301,12 +314,22 @@ func (p *partition) updateHighWatermarkLocked() bool {
 // (followerFetch), which moves the high watermark and completes the
 // acks=all produces waiting on it. No timer paces it: the only waits are
 // for the leader's data, the lag, and a resume after SetFollower stopped it.
+//
+// Its log start offset follows the leader's as Kafka's follower's does
+// (KIP-107), by this rule: each fetch's answer carries the leader's log
+// start offset, and once the follower has taken in that answer its own log
+// start becomes the leader's, or its log end if that is lower (it cannot
+// start past what it has). Its next fetch reports it (followerFetch). A
+// follower whose fetch offset the leader has deleted (OFFSET_OUT_OF_RANGE,
+// it was behind when the records were deleted) starts again, empty, at the
+// leader's log start, as Kafka's follower truncates fully and does.
 func (b *Broker) replicate(p *partition, f *follower) {
 	defer b.wg.Done()
 	offset := int64(0)                     // its log end offset: where it fetches from
+	logStart := int64(0)                   // its log start offset
 	answers := make(chan FetchResponse, 1) // one fetch at a time
 	for {
-		df := b.FetchFunc(FetchRequest{Partitions: []FetchPartitionRequest{{TP: p.key, Offset: offset}},
+		df := b.FetchFunc(FetchRequest{Partitions: []FetchPartitionRequest{{TP: p.key, Offset: offset, LogStartOffset: logStart}},
 			MinBytes: 1, MaxWait: replicaMaxWait, ReplicaID: f.id}, func(r FetchResponse) { answers <- r })
 		var resp FetchResponse
 		select {
@@ -315,13 +338,17 @@ func (b *Broker) replicate(p *partition, f *follower) {
 			return
 		case resp = <-answers:
 		}
+		if r := resp.Partitions[0]; r.Err == errOffsetOutOfRange && !resp.Refused && offset < r.LogStartOffset {
+			offset, logStart = r.LogStartOffset, r.LogStartOffset
+			continue
+		}
 		if resp.Refused || resp.Partitions[0].Err != nil {
 			// The broker no longer leads p (Resign is for good) or is
 			// closing: there is no leader here to fetch from again.
 			<-b.stop
 			return
 		}
-		next := nextOffset(resp.Partitions[0].Batches, offset)
+		next := partlog.NextOffset(resp.Partitions[0].Batches, offset)
 		if lag := time.Duration(f.lag.Load()); lag > 0 && next > offset {
 			t := time.NewTimer(lag)
 			select {
@@ -345,6 +372,7 @@ func (b *Broker) replicate(p *partition, f *follower) {
 			continue
 		}
 		offset = next
+		logStart = max(logStart, min(resp.Partitions[0].LogStartOffset, next))
 	}
 }
 
@@ -374,20 +402,28 @@ func (b *Broker) waitForResume(p *partition, f *follower) (closed bool) {
 // if offset reaches what the leader's log end was then. It rejoins the
 // in-sync replicas once it reaches the high watermark. A stopped follower's
 // fetch changes nothing.
-func (b *Broker) followerFetch(p *partition, f *follower, offset int64, at time.Time) {
+//
+// The fetch also carries the follower's log start offset, logStart, as
+// Kafka's follower fetches do (KIP-107): the low watermark, the smallest
+// log start offset of the replicas, may move, completing DeleteRecords
+// requests.
+func (b *Broker) followerFetch(p *partition, f *follower, offset, logStart int64, at time.Time) {
 	p.mu.Lock()
 	if f.stopped {
 		p.mu.Unlock()
 		return
 	}
+	lwBefore := p.lowWatermarkLocked()
+	f.logStart = max(f.logStart, logStart)
+	lw := p.lowWatermarkLocked()
 	f.leo = max(f.leo, offset)
 	switch {
-	case offset >= p.leo:
+	case offset >= p.log.End():
 		f.caughtUp = laterOf(f.caughtUp, at)
 	case offset >= f.lastFetchLEO:
 		f.caughtUp = laterOf(f.caughtUp, f.lastFetchTime)
 	}
-	f.lastFetchLEO, f.lastFetchTime = p.leo, at
+	f.lastFetchLEO, f.lastFetchTime = p.log.End(), at
 	if !f.inSync && f.leo >= p.hw {
 		f.inSync = true
 		b.isrExpands.Add(1)
@@ -398,6 +434,25 @@ func (b *Broker) followerFetch(p *partition, f *follower, offset int64, at time.
 	if moved {
 		b.highWatermarkMoved(p.key, hw)
 	}
+	if lw > lwBefore {
+		// Leveled, as the produces on the high watermark: only the
+		// requests whose offset the low watermark reached are tried.
+		b.deleteRecords.CheckAndCompleteUpTo(p.key, lw)
+	}
+}
+
+// lowWatermarkLocked is the smallest log start offset over the leader and
+// its followers (Kafka's Partition.lowWatermarkIfLeader): below it no
+// replica holds anything, which is when a DeleteRecords is done. As in
+// Kafka it counts every replica whose broker is alive, in sync or not; the
+// followers here all are, a stopped one included (its broker is up, its
+// fetching stalled). It only rises. The caller holds p.mu.
+func (p *partition) lowWatermarkLocked() int64 {
+	lw := p.log.Start()
+	for _, f := range p.followers {
+		lw = min(lw, f.logStart)
+	}
+	return lw
 }
 
 func laterOf(x, y time.Time) time.Time {
@@ -458,8 +513,8 @@ func (b *Broker) shrinkISR(now time.Time) {
 }
 
 // Resign makes the broker stop leading tp, as when leadership moves to
-// another broker: waiting produces and fetches for it are answered with
-// NOT_LEADER_OR_FOLLOWER.
+// another broker: waiting produces, fetches and DeleteRecords for it are
+// answered with NOT_LEADER_OR_FOLLOWER.
 func (b *Broker) Resign(tp tpKey) {
 	p := b.partitions[tp]
 	if p == nil {
@@ -470,6 +525,7 @@ func (b *Broker) Resign(tp tpKey) {
 	p.mu.Unlock()
 	b.produce.CheckAndComplete(tp)
 	b.fetch.CheckAndComplete(tp)
+	b.deleteRecords.CheckAndComplete(tp)
 }
 
 // SetFollower changes follower id (1-based) of tp: its lag, and whether it
@@ -496,10 +552,12 @@ func (b *Broker) SetFollower(tp tpKey, id int, lag time.Duration, stopped bool) 
 
 // partitionState is what requests read of a partition, in one snapshot.
 type partitionState struct {
-	leader  bool
-	leo, hw int64
-	isr     []int32 // follower ids in sync, ascending
-	all     []int32 // every follower id
+	leader   bool
+	leo, hw  int64
+	logStart int64   // the leader's log start offset
+	lw       int64   // low watermark (lowWatermarkLocked)
+	isr      []int32 // follower ids in sync, ascending
+	all      []int32 // every follower id
 }
 
 // state reads what a TryComplete or a metadata answer needs, under the
@@ -507,7 +565,7 @@ type partitionState struct {
 func (p *partition) state() partitionState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := partitionState{leader: p.leader, leo: p.leo, hw: p.hw}
+	s := partitionState{leader: p.leader, leo: p.log.End(), hw: p.hw, logStart: p.log.Start(), lw: p.lowWatermarkLocked()}
 	for _, f := range p.followers {
 		s.all = append(s.all, int32(f.id))
 		if f.inSync {
@@ -517,28 +575,57 @@ func (p *partition) state() partitionState {
 	return s
 }
 
+// bytesBetween is how many bytes a read of offsets [from, to) returns.
+func (p *partition) bytesBetween(from, to int64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.BytesBetween(from, to)
+}
+
+// read returns the whole batches holding offsets [from, to), up to
+// maxBytes (partlog.Log.Read).
+func (p *partition) read(from, to, maxBytes int64, minOne bool) [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Read(from, to, maxBytes, minOne)
+}
+
+// offsetForTimestamp is ListOffsets by time (partlog.Log.OffsetForTimestamp).
+func (p *partition) offsetForTimestamp(ts int64) (offset, timestamp int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.OffsetForTimestamp(ts)
+}
+
+// batches returns the stored batches, for tests.
+func (p *partition) batches() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Batches()
+}
+
 // BrokerStats is what the status line shows.
 type BrokerStats struct {
 	// Fetch counts the followers' fetches with the consumers', as Kafka's
 	// fetch purgatory does.
-	Produce, Fetch         purgatory.Stats
-	ISRShrinks, ISRExpands int64
+	Produce, Fetch, DeleteRecords purgatory.Stats
+	ISRShrinks, ISRExpands        int64
 	// ConsumerFetches is how many consumers' fetches are accepted and not
 	// yet answered: parked, or about to be.
 	ConsumerFetches int64
 	Groups          GroupStats
 }
 
-// Stats returns the two purgatories' counters and the ISR changes.
+// Stats returns the purgatories' counters and the ISR changes.
 func (b *Broker) Stats() BrokerStats {
-	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(),
+	return BrokerStats{Produce: b.produce.Stats(), Fetch: b.fetch.Stats(), DeleteRecords: b.deleteRecords.Stats(),
 		ISRShrinks: b.isrShrinks.Load(), ISRExpands: b.isrExpands.Load(), ConsumerFetches: b.consumerFetches.Load(),
 		Groups: b.groups.Stats()}
 }
 
 // Close unloads the consumer groups, answering their parked JoinGroups
 // and SyncGroups with NOT_COORDINATOR, stops the followers, each
-// completing its own parked fetch, and shuts both purgatories down, which
+// completing its own parked fetch, and shuts its purgatories down, which
 // answers every request still waiting (their timeouts fire early), so that
 // nothing parked is dropped. Requests that arrive afterwards are refused.
 func (b *Broker) Close(ctx context.Context) error {
@@ -547,7 +634,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		gerr := b.groups.Close(ctx)
 		close(b.stop)
 		b.wg.Wait()
-		b.closeResult = errors.Join(gerr, b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx))
+		b.closeResult = errors.Join(gerr, b.produce.Shutdown(ctx), b.fetch.Shutdown(ctx), b.deleteRecords.Shutdown(ctx))
 	})
 	return b.closeResult
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // The benchmarks below measure the broker as a Kafka client sees it, over
@@ -25,7 +27,7 @@ import (
 func BenchmarkAcksAllProduce(b *testing.B) {
 	for _, replicas := range []int{0, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
-			kb := startKafka(b, BrokerConfig{Replicas: replicas}, KafkaConfig{})
+			kb := startKafka(b, BrokerConfig{Replicas: replicas}, kafkawire.Config{})
 			cl := kb.client(b, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
 				kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			ctx := testCtx(b, 10*time.Minute)
@@ -58,7 +60,7 @@ func BenchmarkLongPollWakeUp(b *testing.B) {
 	const consumers = 100
 	for _, replicas := range []int{0, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
-			kb := startKafka(b, BrokerConfig{Replicas: replicas}, KafkaConfig{})
+			kb := startKafka(b, BrokerConfig{Replicas: replicas}, kafkawire.Config{})
 			ctx := testCtx(b, 10*time.Minute)
 			got := make(chan time.Time, consumers)
 			var wg sync.WaitGroup

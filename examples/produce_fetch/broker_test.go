@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/goleak"
 
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -37,9 +38,9 @@ func catchUp(b *Broker, p tpKey, id int) {
 func catchUpAt(b *Broker, p tpKey, id int, at time.Time) {
 	part := b.partitions[p]
 	part.mu.Lock()
-	leo := part.leo
+	leo := part.log.End()
 	part.mu.Unlock()
-	b.followerFetch(part, part.followers[id-1], leo, at)
+	b.followerFetch(part, part.followers[id-1], leo, 0, at)
 }
 
 // records is one partition's part of a produce: a batch of values.
@@ -48,7 +49,7 @@ func records(p tpKey, values ...string) ProducePartition {
 	for _, v := range values {
 		vs = append(vs, []byte(v))
 	}
-	return ProducePartition{TP: p, Batch: encodeBatch(vs, time.Now())}
+	return ProducePartition{TP: p, Batch: partlog.EncodeBatch(vs, time.Now())}
 }
 
 func produceReq(acks int, timeout time.Duration, parts ...ProducePartition) ProduceRequest {
@@ -79,7 +80,7 @@ func fetched(t *testing.T, resp FetchResponse, p tpKey) (code string, values []s
 	t.Helper()
 	for _, r := range resp.Partitions {
 		if r.TP == p {
-			vs, _, err := decodeValues(r.Batches, r.Offset)
+			vs, _, err := partlog.DecodeValues(r.Batches, r.Offset)
 			require.NoError(t, err)
 			for _, v := range vs {
 				values = append(values, string(v))
@@ -203,7 +204,7 @@ func TestFetchFromInsideABatch(t *testing.T) {
 	require.Len(t, resp.Partitions[0].Batches, 1)
 	_, values := fetched(t, resp, tp(0))
 	assert.Equal(t, []string{"b", "c"}, values)
-	assert.Equal(t, int64(3), nextOffset(resp.Partitions[0].Batches, 1))
+	assert.Equal(t, int64(3), partlog.NextOffset(resp.Partitions[0].Batches, 1))
 }
 
 func must[T, U any](t T, _ U) T { return t }

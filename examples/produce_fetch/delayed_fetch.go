@@ -34,11 +34,12 @@ type FetchResponse struct {
 // FetchResult is one partition's part of a fetch response: whole record
 // batches, the first of which may start before the fetch offset.
 type FetchResult struct {
-	TP            tpKey
-	Offset        int64       // the fetch offset
-	Err           *kerr.Error // nil: NONE
-	HighWatermark int64
-	Batches       [][]byte
+	TP             tpKey
+	Offset         int64       // the fetch offset
+	Err            *kerr.Error // nil: NONE
+	HighWatermark  int64
+	LogStartOffset int64
+	Batches        [][]byte
 }
 
 // Keys are the partitions the fetch reads.
@@ -78,7 +79,7 @@ func (f *DelayedFetch) TryComplete() bool {
 			return f.ForceComplete()
 		}
 		s := p.state()
-		if !s.leader || fp.Offset < 0 || fp.Offset > s.leo {
+		if !s.leader || fp.Offset < s.logStart || fp.Offset > s.leo {
 			return f.ForceComplete()
 		}
 		available += min(p.bytesBetween(fp.Offset, f.limit(s)), f.partitionMax(fp))
@@ -98,7 +99,7 @@ func (f *DelayedFetch) OnComplete() {
 	remaining := f.req.MaxBytes
 	gotData := false
 	for _, fp := range f.req.Partitions {
-		r := FetchResult{TP: fp.TP, Offset: fp.Offset, HighWatermark: -1}
+		r := FetchResult{TP: fp.TP, Offset: fp.Offset, HighWatermark: -1, LogStartOffset: -1}
 		p := f.broker.partitions[fp.TP]
 		if p == nil {
 			r.Err = errUnknownPartition
@@ -106,11 +107,12 @@ func (f *DelayedFetch) OnComplete() {
 			continue
 		}
 		s := p.state()
-		r.HighWatermark = s.hw
+		r.HighWatermark, r.LogStartOffset = s.hw, s.logStart
 		switch {
 		case !s.leader:
 			r.Err = errNotLeader
-		case fp.Offset < 0 || fp.Offset > s.leo:
+		case fp.Offset < s.logStart || fp.Offset > s.leo:
+			// Below the log start: deleted (DeleteRecords), as in Kafka.
 			r.Err = errOffsetOutOfRange
 		default:
 			r.Batches = p.read(fp.Offset, f.limit(s), min(remaining, f.partitionMax(fp)), !gotData)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
 )
 
 // BenchmarkHeartbeat measures one Heartbeat through the coordinator, with
@@ -33,24 +35,24 @@ func BenchmarkHeartbeat(b *testing.B) {
 			var ms []member
 			for g := range 10 {
 				name := fmt.Sprintf("bench-%d", g)
-				results := make(chan joinResult, 100)
+				results := make(chan groups.JoinResult, 100)
 				for range 100 {
-					c.Join(JoinRequest{Group: name, ClientID: "bench", ProtocolType: "consumer",
-						Protocols: []groupProtocol{{name: "range"}}, Session: 30 * time.Second, Rebalance: 30 * time.Second},
-						func(r joinResult) { results <- r })
+					c.Join(groups.JoinRequest{Group: name, ClientID: "bench", ProtocolType: "consumer",
+						Protocols: []groups.Protocol{{Name: "range"}}, Session: 30 * time.Second, Rebalance: 30 * time.Second},
+						func(r groups.JoinResult) { results <- r })
 				}
 				var ids []string
 				for range 100 {
 					r := <-results // after the initial delay
-					require.Nil(b, r.err)
-					ids = append(ids, r.memberID)
+					require.Nil(b, r.Err)
+					ids = append(ids, r.MemberID)
 				}
-				synced := make(chan syncResult, 100)
+				synced := make(chan groups.SyncResult, 100)
 				for i := len(ids) - 1; i >= 0; i-- {
-					c.Sync(name, 1, ids[i], nil, nil, map[string][]byte{}, func(r syncResult) { synced <- r })
+					c.Sync(name, 1, ids[i], nil, nil, map[string][]byte{}, func(r groups.SyncResult) { synced <- r })
 				}
 				for range 100 {
-					require.Nil(b, (<-synced).err)
+					require.Nil(b, (<-synced).Err)
 				}
 				for _, id := range ids {
 					ms = append(ms, member{name, id})

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/purgatory-go/purgatory/timer"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
 )
 
 // mockGroups drives a Coordinator on a MockTimer by hand: every callback
@@ -32,7 +34,7 @@ type mockGroups struct {
 
 type removedMember struct {
 	group, member string
-	why           removal
+	why           groups.Removal
 	at            time.Duration // on the mock clock
 }
 
@@ -47,13 +49,13 @@ func newMockGroups(t *testing.T, cfg GroupConfig) *mockGroups {
 	if cfg.MinSessionTimeout == 0 {
 		cfg.MinSessionTimeout = time.Millisecond
 	}
-	c, err := NewCoordinator(cfg)
-	require.NoError(t, err)
-	c.onRemove = func(g *group, m *member, why removal) {
+	cfg.OnRemove = func(group string, m groups.MemberSummary, why groups.Removal) {
 		mg.mu.Lock()
 		defer mg.mu.Unlock()
-		mg.removed = append(mg.removed, removedMember{group: g.id, member: m.id, why: why, at: mg.mt.Now()})
+		mg.removed = append(mg.removed, removedMember{group: group, member: m.ID, why: why, at: mg.mt.Now()})
 	}
+	c, err := NewCoordinator(cfg)
+	require.NoError(t, err)
 	mg.c = c
 	t.Cleanup(func() {
 		assert.NoError(t, c.Close(context.Background()))
@@ -73,17 +75,17 @@ const (
 	mockRebalance = 3 * time.Second
 )
 
-func (mg *mockGroups) join(group, member string) <-chan joinResult {
-	ch := make(chan joinResult, 1)
-	mg.c.Join(JoinRequest{Group: group, MemberID: member, ClientID: "client", ProtocolType: "consumer",
-		Protocols: []groupProtocol{{name: "range", metadata: []byte("m")}}, Session: mockSession, Rebalance: mockRebalance},
-		func(r joinResult) { ch <- r })
+func (mg *mockGroups) join(group, member string) <-chan groups.JoinResult {
+	ch := make(chan groups.JoinResult, 1)
+	mg.c.Join(groups.JoinRequest{Group: group, MemberID: member, ClientID: "client", ProtocolType: "consumer",
+		Protocols: []groups.Protocol{{Name: "range", Metadata: []byte("m")}}, Session: mockSession, Rebalance: mockRebalance},
+		func(r groups.JoinResult) { ch <- r })
 	return ch
 }
 
-func (mg *mockGroups) sync(group string, gen int32, member string, assign map[string][]byte) <-chan syncResult {
-	ch := make(chan syncResult, 1)
-	mg.c.Sync(group, gen, member, nil, nil, assign, func(r syncResult) { ch <- r })
+func (mg *mockGroups) sync(group string, gen int32, member string, assign map[string][]byte) <-chan groups.SyncResult {
+	ch := make(chan groups.SyncResult, 1)
+	mg.c.Sync(group, gen, member, nil, nil, assign, func(r groups.SyncResult) { ch <- r })
 	return ch
 }
 
@@ -104,10 +106,10 @@ func done[T any](t *testing.T, ch <-chan T, what string) T {
 // describe shows a join or sync result with its error's name.
 func describe(v any) string {
 	switch r := v.(type) {
-	case joinResult:
-		return fmt.Sprintf("%v, generation %d, member %s", r.err, r.generation, r.memberID)
-	case syncResult:
-		return fmt.Sprintf("%v, assignment %q", r.err, r.assignment)
+	case groups.JoinResult:
+		return fmt.Sprintf("%v, generation %d, member %s", r.Err, r.Generation, r.MemberID)
+	case groups.SyncResult:
+		return fmt.Sprintf("%v, assignment %q", r.Err, r.Assignment)
 	}
 	return fmt.Sprint(v)
 }
@@ -126,7 +128,7 @@ func waiting[T any](t *testing.T, ch <-chan T, what string) {
 func (mg *mockGroups) stableGroup(id string, n int) []string {
 	t := mg.t
 	t.Helper()
-	var chs []<-chan joinResult
+	var chs []<-chan groups.JoinResult
 	for range n {
 		chs = append(chs, mg.join(id, ""))
 	}
@@ -138,20 +140,20 @@ func (mg *mockGroups) stableGroup(id string, n int) []string {
 	var ids []string
 	for i, ch := range chs {
 		r := done(t, ch, fmt.Sprintf("member %d's join", i))
-		require.Nil(t, r.err)
-		ids = append(ids, r.memberID)
+		require.Nil(t, r.Err)
+		ids = append(ids, r.MemberID)
 	}
 	assign := map[string][]byte{}
 	for _, m := range ids {
 		assign[m] = []byte("a-" + m)
 	}
-	var syncs []<-chan syncResult
+	var syncs []<-chan groups.SyncResult
 	for i := len(ids) - 1; i >= 0; i-- { // the leader last: the others wait for it
 		syncs = append(syncs, mg.sync(id, 1, ids[i], assign))
 	}
 	for i, ch := range syncs {
 		r := done(t, ch, fmt.Sprintf("sync %d", i))
-		require.Nil(t, r.err)
+		require.Nil(t, r.Err)
 	}
 	return ids
 }
@@ -176,15 +178,15 @@ func TestGroupInitialRebalanceDelayGrowsUpToTheRebalanceTimeout(t *testing.T) {
 	waiting(t, first, "before the rebalance timeout")
 	mg.mt.Advance(time.Millisecond) // 3 s: the rebalance timeout is used up
 	var leader string
-	for i, ch := range []<-chan joinResult{first, second, third} {
+	for i, ch := range []<-chan groups.JoinResult{first, second, third} {
 		r := done(t, ch, fmt.Sprintf("join %d at the rebalance timeout", i))
-		require.Nil(t, r.err)
-		assert.Equal(t, int32(1), r.generation, "one generation for all three")
+		require.Nil(t, r.Err)
+		assert.Equal(t, int32(1), r.Generation, "one generation for all three")
 		if i == 0 {
-			leader = r.memberID
-			assert.Len(t, r.members, 3)
+			leader = r.MemberID
+			assert.Len(t, r.Members, 3)
 		}
-		assert.Equal(t, leader, r.leader)
+		assert.Equal(t, leader, r.Leader)
 	}
 	st := mg.c.join.Stats()
 	assert.Equal(t, uint64(3), st.Expired, "three delays, each a delayed join of its own")
@@ -198,7 +200,7 @@ func TestGroupInitialRebalanceDelayOnce(t *testing.T) {
 	mg.mt.Advance(99 * time.Millisecond)
 	waiting(t, ch, "before the delay")
 	mg.mt.Advance(time.Millisecond)
-	assert.Equal(t, int32(1), done(t, ch, "after the delay").generation)
+	assert.Equal(t, int32(1), done(t, ch, "after the delay").Generation)
 }
 
 // Reference: GroupCoordinatorTest testHeartbeatWrongCoordinator and
@@ -229,7 +231,7 @@ func TestGroupSessionExpiresExactly(t *testing.T) {
 			mg.mt.Advance(time.Millisecond)
 			rs := mg.removals()
 			require.Len(t, rs, 1)
-			assert.Equal(t, removedMember{group: "g", member: ids[1], why: removedSessionExpiry, at: stopped + mockSession}, rs[0])
+			assert.Equal(t, removedMember{group: "g", member: ids[1], why: groups.RemovedSessionExpiry, at: stopped + mockSession}, rs[0])
 			assert.Equal(t, kerr.RebalanceInProgress, mg.c.Heartbeat("g", 1, ids[0]), "the group rebalances without it")
 			assert.Equal(t, kerr.UnknownMemberID, mg.c.Heartbeat("g", 1, ids[1]))
 			st := mg.c.heartbeat.Stats()
@@ -252,18 +254,18 @@ func TestGroupJoinCompletedUnderTheHandlersLock(t *testing.T) {
 		t.Run(fmt.Sprintf("repark=%v", repark), func(t *testing.T) {
 			mg := newMockGroups(t, GroupConfig{InitialRebalanceDelay: -1, Repark: repark})
 			r := done(t, mg.join("g", ""), "the first member's join, at once")
-			require.Nil(t, r.err)
-			require.Equal(t, int32(1), r.generation)
+			require.Nil(t, r.Err)
+			require.Equal(t, int32(1), r.Generation)
 			st := mg.c.heartbeat.Stats()
 			assert.Equal(t, 1, st.Pending, "one session")
 			if !repark {
 				assert.Zero(t, st.CompletedEarly, "the session parked at the join is the one reset since")
 			}
-			assert.Equal(t, []byte("x"), done(t, mg.sync("g", 1, r.memberID, map[string][]byte{r.memberID: []byte("x")}), "sync").assignment)
+			assert.Equal(t, []byte("x"), done(t, mg.sync("g", 1, r.MemberID, map[string][]byte{r.MemberID: []byte("x")}), "sync").Assignment)
 			mg.mt.Advance(mockSession)
 			rs := mg.removals()
 			require.Len(t, rs, 1)
-			assert.Equal(t, removedSessionExpiry, rs[0].why)
+			assert.Equal(t, groups.RemovedSessionExpiry, rs[0].why)
 		})
 	}
 }
@@ -285,14 +287,14 @@ func TestGroupRebalanceTimeoutDropsMembersThatDidNotRejoin(t *testing.T) {
 	waiting(t, rejoin, "before the rebalance timeout")
 	mg.mt.Advance(100 * time.Millisecond)
 	r := done(t, rejoin, "at the rebalance timeout")
-	require.Nil(t, r.err)
-	assert.Equal(t, int32(2), r.generation)
-	assert.Len(t, r.members, 2, "the leader and the newcomer")
-	assert.Equal(t, int32(2), done(t, newcomer, "the newcomer").generation)
+	require.Nil(t, r.Err)
+	assert.Equal(t, int32(2), r.Generation)
+	assert.Len(t, r.Members, 2, "the leader and the newcomer")
+	assert.Equal(t, int32(2), done(t, newcomer, "the newcomer").Generation)
 	rs := mg.removals()
 	require.Len(t, rs, 1)
 	assert.Equal(t, ids[1], rs[0].member)
-	assert.Equal(t, removedNotRejoined, rs[0].why)
+	assert.Equal(t, groups.RemovedNotRejoined, rs[0].why)
 	assert.Equal(t, kerr.UnknownMemberID, mg.c.Heartbeat("g", 2, ids[1]))
 }
 
@@ -304,10 +306,10 @@ func TestGroupPendingMemberAndPendingSyncExpire(t *testing.T) {
 	mg := newMockGroups(t, GroupConfig{})
 	ids := mg.stableGroup("g", 1)
 	var pendingID string
-	mg.c.Join(JoinRequest{Group: "g", ClientID: "p", ProtocolType: "consumer", Protocols: []groupProtocol{{name: "range"}},
-		Session: mockSession, Rebalance: mockRebalance, RequireKnownMemberID: true}, func(r joinResult) {
-		assert.Equal(t, kerr.MemberIDRequired, r.err)
-		pendingID = r.memberID
+	mg.c.Join(groups.JoinRequest{Group: "g", ClientID: "p", ProtocolType: "consumer", Protocols: []groups.Protocol{{Name: "range"}},
+		Session: mockSession, Rebalance: mockRebalance, RequireKnownMemberID: true}, func(r groups.JoinResult) {
+		assert.Equal(t, kerr.MemberIDRequired, r.Err)
+		pendingID = r.MemberID
 	})
 	require.NotEmpty(t, pendingID)
 	second := mg.join("g", "")
@@ -315,25 +317,25 @@ func TestGroupPendingMemberAndPendingSyncExpire(t *testing.T) {
 	waiting(t, first, "with a member id pending")
 	mg.mt.Advance(mockSession)
 	r := done(t, first, "once the pending id's session passed")
-	require.Equal(t, int32(2), r.generation)
-	assert.Len(t, r.members, 2, "without the pending member")
+	require.Equal(t, int32(2), r.Generation)
+	assert.Len(t, r.Members, 2, "without the pending member")
 	r2 := done(t, second, "the second member")
 
 	// The leader syncs; the second member never does.
-	assign := map[string][]byte{ids[0]: []byte("x"), r2.memberID: []byte("y")}
-	assert.Equal(t, []byte("x"), done(t, mg.sync("g", 2, ids[0], assign), "the leader's sync").assignment)
+	assign := map[string][]byte{ids[0]: []byte("x"), r2.MemberID: []byte("y")}
+	assert.Equal(t, []byte("x"), done(t, mg.sync("g", 2, ids[0], assign), "the leader's sync").Assignment)
 	start := mg.mt.Now()
 	for mg.mt.Now() < start+mockRebalance-100*time.Millisecond {
 		require.Nil(t, mg.c.Heartbeat("g", 2, ids[0]))
-		require.Nil(t, mg.c.Heartbeat("g", 2, r2.memberID), "heartbeats do not replace the SyncGroup")
+		require.Nil(t, mg.c.Heartbeat("g", 2, r2.MemberID), "heartbeats do not replace the SyncGroup")
 		mg.mt.Advance(100 * time.Millisecond)
 	}
 	require.Empty(t, mg.removals())
 	mg.mt.Advance(100 * time.Millisecond)
 	rs := mg.removals()
 	require.Len(t, rs, 1)
-	assert.Equal(t, r2.memberID, rs[0].member)
-	assert.Equal(t, removedNotSynced, rs[0].why)
+	assert.Equal(t, r2.MemberID, rs[0].member)
+	assert.Equal(t, groups.RemovedNotSynced, rs[0].why)
 	assert.Equal(t, kerr.RebalanceInProgress, mg.c.Heartbeat("g", 2, ids[0]))
 }
 
@@ -347,7 +349,7 @@ func TestGroupCloseAnswersParkedRequests(t *testing.T) {
 	first, second := mg.join("g2", ""), mg.join("g2", "")
 	mg.mt.Advance(100 * time.Millisecond) // the initial delay, with a newcomer
 	mg.mt.Advance(100 * time.Millisecond) // and once more
-	follower := done(t, second, "g2's second join").memberID
+	follower := done(t, second, "g2's second join").MemberID
 	done(t, first, "g2's first join")
 	parkedSync := mg.sync("g2", 1, follower, nil)
 	// g1: a rebalance in progress, with a JoinGroup parked. (Well within
@@ -361,9 +363,9 @@ func TestGroupCloseAnswersParkedRequests(t *testing.T) {
 	waiting(t, initial, "g3's join")
 
 	require.NoError(t, mg.c.Close(context.Background()))
-	assert.Equal(t, kerr.NotCoordinator, done(t, parkedJoin, "g1's join").err)
-	assert.Equal(t, kerr.NotCoordinator, done(t, parkedSync, "g2's sync").err)
-	assert.Equal(t, kerr.NotCoordinator, done(t, initial, "g3's join").err)
+	assert.Equal(t, kerr.NotCoordinator, done(t, parkedJoin, "g1's join").Err)
+	assert.Equal(t, kerr.NotCoordinator, done(t, parkedSync, "g2's sync").Err)
+	assert.Equal(t, kerr.NotCoordinator, done(t, initial, "g3's join").Err)
 	assert.Equal(t, uint64(2), mg.c.join.Stats().CompletedForKey, "g1's and g3's delayed joins")
 	assert.Equal(t, uint64(1), mg.c.sync.Stats().CompletedForKey, "g2's delayed sync")
 	assert.Equal(t, uint64(5), mg.c.heartbeat.Stats().CompletedForKey, "every member's session")
@@ -371,7 +373,7 @@ func TestGroupCloseAnswersParkedRequests(t *testing.T) {
 		assert.Zero(t, p)
 	}
 	assert.Equal(t, kerr.CoordinatorNotAvailable, mg.c.Heartbeat("g1", 1, ids[1]))
-	assert.Equal(t, kerr.CoordinatorNotAvailable, done(t, mg.join("g4", ""), "a join after close").err)
+	assert.Equal(t, kerr.CoordinatorNotAvailable, done(t, mg.join("g4", ""), "a join after close").Err)
 	assert.Empty(t, mg.removals(), "unloading is not removing members")
 }
 
@@ -384,7 +386,7 @@ func TestGroupCloseAnswersParkedRequests(t *testing.T) {
 func TestGroupHeartbeatsAtScale(t *testing.T) {
 	// The same size whatever the build: about 18 s under the race
 	// detector on two cores, 0.4 s without.
-	const groups, perGroup = 100, 100
+	const nGroups, perGroup = 100, 100
 	const (
 		every    = 100 * time.Millisecond
 		step     = time.Millisecond
@@ -402,9 +404,6 @@ func TestGroupHeartbeatsAtScale(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	before := ms.HeapAlloc
 
-	c, err := NewCoordinator(GroupConfig{InitialRebalanceDelay: every, MinSessionTimeout: every, Timer: mt})
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, c.Close(context.Background())) }()
 	type sim struct {
 		group, id string
 		g         int
@@ -414,23 +413,26 @@ func TestGroupHeartbeatsAtScale(t *testing.T) {
 	var mu sync.Mutex
 	removedAt := map[string]time.Duration{}
 	var unexpected []string
-	c.onRemove = func(g *group, m *member, why removal) {
+	onRemove := func(group string, m groups.MemberSummary, why groups.Removal) {
 		mu.Lock()
 		defer mu.Unlock()
-		if why != removedSessionExpiry {
-			unexpected = append(unexpected, fmt.Sprintf("%s/%s removed for %d", g.id, m.id, why))
+		if why != groups.RemovedSessionExpiry {
+			unexpected = append(unexpected, fmt.Sprintf("%s/%s removed for %d", group, m.ID, why))
 		}
-		removedAt[m.id] = mt.Now()
+		removedAt[m.ID] = mt.Now()
 	}
-	members := make([]*sim, 0, groups*perGroup)
-	joined := make([]joinResult, groups*perGroup)
-	for g := range groups {
+	c, err := NewCoordinator(GroupConfig{InitialRebalanceDelay: every, MinSessionTimeout: every, Timer: mt, OnRemove: onRemove})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close(context.Background())) }()
+	members := make([]*sim, 0, nGroups*perGroup)
+	joined := make([]groups.JoinResult, nGroups*perGroup)
+	for g := range nGroups {
 		name := fmt.Sprintf("group-%03d", g)
 		for i := range perGroup {
 			k := g*perGroup + i
-			c.Join(JoinRequest{Group: name, ClientID: "consumer", ProtocolType: "consumer",
-				Protocols: []groupProtocol{{name: "range"}}, Session: session(g), Rebalance: 5 * time.Second},
-				func(r joinResult) { joined[k] = r })
+			c.Join(groups.JoinRequest{Group: name, ClientID: "consumer", ProtocolType: "consumer",
+				Protocols: []groups.Protocol{{Name: "range"}}, Session: session(g), Rebalance: 5 * time.Second},
+				func(r groups.JoinResult) { joined[k] = r })
 			members = append(members, &sim{group: name, g: g})
 		}
 	}
@@ -441,21 +443,21 @@ func TestGroupHeartbeatsAtScale(t *testing.T) {
 	mt.Advance(every)
 	mt.Advance(every)
 	for k, s := range members {
-		require.Nil(t, joined[k].err)
-		require.Equal(t, int32(1), joined[k].generation)
-		s.id = joined[k].memberID
+		require.Nil(t, joined[k].Err)
+		require.Equal(t, int32(1), joined[k].Generation)
+		s.id = joined[k].MemberID
 	}
-	for g := range groups { // the leader syncs last, releasing the others
+	for g := range nGroups { // the leader syncs last, releasing the others
 		for i := perGroup - 1; i >= 0; i-- {
 			s := members[g*perGroup+i]
-			c.Sync(s.group, 1, s.id, nil, nil, map[string][]byte{}, func(r syncResult) { require.Nil(t, r.err) })
+			c.Sync(s.group, 1, s.id, nil, nil, map[string][]byte{}, func(r groups.SyncResult) { require.Nil(t, r.Err) })
 		}
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	perMember := float64(int64(ms.HeapAlloc)-int64(before)) / float64(len(members))
 	t.Logf("%d members in %d groups: %.0f B of heap per member (groups, members, sessions and the three purgatories)",
-		len(members), groups, perMember)
+		len(members), nGroups, perMember)
 	assert.Less(t, perMember, 4096.0, "heap per member")
 
 	start := mt.Now()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 const (
@@ -193,7 +194,7 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 	req := ProduceRequest{Acks: acks, Timeout: timeout}
 	now := time.Now()
 	for _, tp := range order {
-		req.Partitions = append(req.Partitions, ProducePartition{TP: tp, Batch: encodeBatch(values[tp], now)})
+		req.Partitions = append(req.Partitions, ProducePartition{TP: tp, Batch: partlog.EncodeBatch(values[tp], now)})
 	}
 	// The request is answered even if the client goes away: its records are
 	// in the log, and the purgatory completes it in time either way.
@@ -260,7 +261,7 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request) {
 	out := fetchJSON{Partitions: make(map[string]fetchPartitionJSON, len(resp.Partitions))}
 	for _, p := range resp.Partitions {
 		j := fetchPartitionJSON{Error: errName(p.Err), HighWatermark: p.HighWatermark, Records: []string{}, NextOffset: p.Offset}
-		values, next, err := decodeValues(p.Batches, p.Offset)
+		values, next, err := partlog.DecodeValues(p.Batches, p.Offset)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, fmt.Sprintf("%v: stored batch: %v", p.TP, err))
 			return
@@ -305,13 +306,14 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
-// metricsHandler serves both purgatories' Stats to Prometheus, under
+// metricsHandler serves the ReplicaManager's purgatories' Stats to Prometheus, under
 // Kafka's metric names (contrib/prometheus), with the Go runtime's own
 // metrics beside them.
 func metricsHandler(b *Broker) http.Handler {
 	c := purgatoryprom.NewCollector()
 	_ = c.Add("Produce", b.produce, purgatoryprom.WithTimes(b.produceTimes)) // the names are fixed and distinct
 	_ = c.Add("Fetch", b.fetch, purgatoryprom.WithTimes(b.fetchTimes))
+	_ = c.Add("DeleteRecords", b.deleteRecords)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector())
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

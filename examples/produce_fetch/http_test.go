@@ -176,6 +176,7 @@ func TestHTTPMetrics(t *testing.T) {
 	for _, want := range []string{
 		`purgatory_delayed_operations{purgatory="Produce"} 0`,
 		`purgatory_delayed_operations{purgatory="Fetch"} 0`,
+		`purgatory_delayed_operations{purgatory="DeleteRecords"} 0`,
 		`purgatory_size{purgatory="Fetch"} 0`,
 		`purgatory_expires_total{purgatory="Fetch"} 0`,
 		`purgatory_time_in_purgatory_seconds_count{outcome="early",purgatory="Fetch"} 0`,

@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // rawClient speaks to the Kafka front end over a bare TCP connection, so
@@ -102,7 +105,7 @@ func works(t *testing.T, addr string) {
 // Bad frames close their own connection and nothing else: the server keeps
 // serving the connection opened before them and new ones.
 func TestKafkaBadFramesCloseOnlyTheirConnection(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{}, KafkaConfig{MaxRequestBytes: 1 << 20})
+	kb := startKafka(t, BrokerConfig{}, kafkawire.Config{MaxRequestBytes: 1 << 20})
 	bystander := dialRaw(t, kb.addr)
 
 	metadataV9 := func() []byte {
@@ -155,7 +158,7 @@ func TestKafkaBadFramesCloseOnlyTheirConnection(t *testing.T) {
 // UNSUPPORTED_VERSION and the supported versions, and the connection stays
 // open for the client's retry, as Kafka does.
 func TestKafkaApiVersionsTooNewAnswersInV0(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{}, kafkawire.Config{})
 	c := dialRaw(t, kb.addr)
 	req := kmsg.NewPtrApiVersionsRequest()
 	corr := c.send(req, 9)
@@ -163,21 +166,21 @@ func TestKafkaApiVersionsTooNewAnswersInV0(t *testing.T) {
 	resp.SetVersion(0)
 	c.receive(resp, corr, false)
 	assert.Equal(t, kerr.UnsupportedVersion.Code, resp.ErrorCode)
-	assert.Equal(t, kafkaAPIs, resp.ApiKeys)
+	assert.Equal(t, kafkawire.APIs(), resp.ApiKeys)
 
 	corr = c.send(req, 3)
 	resp = kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(3)
 	c.receive(resp, corr, false) // ApiVersions' response header has no tags, even in v3
 	assert.Equal(t, int16(0), resp.ErrorCode)
-	assert.Equal(t, kafkaAPIs, resp.ApiKeys)
+	assert.Equal(t, kafkawire.APIs(), resp.ApiKeys)
 }
 
 // Requests for a topic the broker does not have get Kafka's
 // UNKNOWN_TOPIC_OR_PARTITION, per topic or partition, and a corrupt batch
 // CORRUPT_MESSAGE; the connection goes on.
 func TestKafkaUnknownTopicsAndCorruptBatches(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 1}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 1}, kafkawire.Config{})
 	c := dialRaw(t, kb.addr)
 
 	meta := kmsg.NewPtrMetadataRequest()
@@ -197,7 +200,7 @@ func TestKafkaUnknownTopicsAndCorruptBatches(t *testing.T) {
 		pt := kmsg.NewProduceRequestTopic()
 		pt.Topic = topic
 		pp := kmsg.NewProduceRequestTopicPartition()
-		pp.Records = encodeBatch([][]byte{[]byte("v")}, time.Now())
+		pp.Records = partlog.EncodeBatch([][]byte{[]byte("v")}, time.Now())
 		if topic == "t" {
 			pp.Records[len(pp.Records)-1] ^= 1 // breaks the CRC
 		}
@@ -243,7 +246,7 @@ func TestKafkaUnknownTopicsAndCorruptBatches(t *testing.T) {
 // A connection that sends nothing, or stops halfway through a request, is
 // closed after the configured timeouts.
 func TestKafkaIdleAndSlowConnectionsAreClosed(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{}, KafkaConfig{IdleTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	kb := startKafka(t, BrokerConfig{}, kafkawire.Config{IdleTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
 	idle := dialRaw(t, kb.addr)
 	half := dialRaw(t, kb.addr)
 	half.frame(100, []byte("only ten b"))

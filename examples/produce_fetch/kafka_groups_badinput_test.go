@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // groupAPI sends the group requests of a hand-driven member, at the
@@ -242,7 +244,7 @@ func notYet[T any](t *testing.T, ch <-chan T, what string) {
 // not match.
 func TestKafkaGroupBadInput(t *testing.T) {
 	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 4, Groups: GroupConfig{
-		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute}}, KafkaConfig{})
+		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: time.Second, MaxSessionTimeout: time.Minute}}, kafkawire.Config{})
 	// A and B are two clients, with connections of their own: a
 	// connection's answers come in request order (as in Kafka), so B's
 	// parked JoinGroup would hold back A's answers on a shared one.
@@ -378,7 +380,7 @@ func TestKafkaGroupBadInput(t *testing.T) {
 // member, its error at the top), OffsetCommit and OffsetFetch v1, and the
 // single-key FindCoordinator.
 func TestKafkaGroupOldVersions(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2, Groups: GroupConfig{MinSessionTimeout: time.Second}}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2, Groups: GroupConfig{MinSessionTimeout: time.Second}}, kafkawire.Config{})
 	a := newGroupAPI(t, kb, kgo.MaxVersions(kversion.V0_10_0()))
 
 	fc := kmsg.NewPtrFindCoordinatorRequest()
@@ -430,7 +432,7 @@ func code(e *kerr.Error) int16 { return e.Code }
 // CompleteForKey.
 func TestKafkaShutdownAnswersParkedGroupRequests(t *testing.T) {
 	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2, Groups: GroupConfig{
-		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: time.Second}}, KafkaConfig{})
+		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: time.Second}}, kafkawire.Config{})
 	a, b := newGroupAPI(t, kb), newGroupAPI(t, kb)
 	// A forms the group alone; B's join starts a rebalance that waits for A.
 	ida, done := a.joinNew(joinOpts{group: "g"})

@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // Short group timeouts keep the end-to-end tests to seconds; the bounds
@@ -27,9 +30,9 @@ const (
 // groupBroker is startKafka with a topic of 8 partitions, no followers
 // (acks=all commits at once) and the group coordinator's timeouts short:
 // sessions from 100 ms, and a 100 ms initial rebalance delay.
-func groupBroker(t *testing.T) *kafkaBroker {
+func groupBroker(t *testing.T, onRemove func(string, groups.MemberSummary, groups.Removal)) *kafkaBroker {
 	return startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 8, Groups: GroupConfig{
-		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond}}, KafkaConfig{})
+		InitialRebalanceDelay: 100 * time.Millisecond, MinSessionTimeout: 100 * time.Millisecond, OnRemove: onRemove}}, kafkawire.Config{})
 }
 
 // ledger counts the records a group consumed, each counted only once its
@@ -265,14 +268,13 @@ func describeMembers(t *testing.T, ctx context.Context, cl *kgo.Client, group st
 // expired), and the rest are restarted (the new members resume from the
 // committed offsets).
 func TestKafkaGroupConsumersShareAndHandOverPartitions(t *testing.T) {
-	kb := groupBroker(t)
-	ctx := testCtx(t, 120*time.Second)
 	removed := make(chan string, 64)
-	kb.b.groups.onRemove = func(_ *group, m *member, why removal) {
-		if why == removedSessionExpiry {
-			removed <- m.clientID
+	kb := groupBroker(t, func(_ string, m groups.MemberSummary, why groups.Removal) {
+		if why == groups.RemovedSessionExpiry {
+			removed <- m.ClientID
 		}
-	}
+	})
+	ctx := testCtx(t, 120*time.Second)
 	producer := kb.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	l := newLedger()
 	var crash cutter

@@ -15,6 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // kafkaBroker is a broker served over Kafka's protocol on a loopback port,
@@ -22,11 +25,11 @@ import (
 type kafkaBroker struct {
 	addr string
 	b    *Broker
-	ks   *KafkaServer
+	ks   *kafkawire.Server
 	stop func() error // ServeAll's shutdown; also run by t.Cleanup
 }
 
-func startKafka(t testing.TB, bc BrokerConfig, kc KafkaConfig) *kafkaBroker {
+func startKafka(t testing.TB, bc BrokerConfig, kc kafkawire.Config) *kafkaBroker {
 	t.Helper()
 	if bc.Topics == nil {
 		bc.Topics = []string{"t"}
@@ -72,7 +75,7 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 // for a producer ID first) and acks=all: its produce is parked until both
 // followers have the records, and completes once the stopped one resumes.
 func TestKafkaProduceAcksAllCompletesWhenFollowersCatchUp(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, kafkawire.Config{})
 	require.NoError(t, kb.b.SetFollower(tp(0), 2, time.Millisecond, true))
 	cl := kb.client(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx := testCtx(t, 30*time.Second)
@@ -112,7 +115,7 @@ func TestKafkaProduceAcksAllCompletesWhenFollowersCatchUp(t *testing.T) {
 // in the produce response, and, through franz-go's producer, which retries
 // a timed-out batch, as a failure after its retries.
 func TestKafkaProduceTimesOutWithAStoppedFollower(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 1, ReplicaLagMax: 0}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 1, ReplicaLagMax: 0}, kafkawire.Config{})
 	require.NoError(t, kb.b.SetFollower(tp(1), 1, 0, true))
 	ctx := testCtx(t, 30*time.Second)
 
@@ -122,7 +125,7 @@ func TestKafkaProduceTimesOutWithAStoppedFollower(t *testing.T) {
 	topic := kmsg.NewProduceRequestTopic()
 	topic.Topic = "t"
 	part := kmsg.NewProduceRequestTopicPartition()
-	part.Partition, part.Records = 1, encodeBatch([][]byte{[]byte("x")}, time.Now())
+	part.Partition, part.Records = 1, partlog.EncodeBatch([][]byte{[]byte("x")}, time.Now())
 	topic.Partitions = append(topic.Partitions, part)
 	req.Topics = append(req.Topics, topic)
 	start := time.Now()
@@ -147,7 +150,7 @@ func TestKafkaProduceTimesOutWithAStoppedFollower(t *testing.T) {
 // With the ISR shrink on, the same stopped follower leaves the ISR after
 // the lag max and acks=all completes without it; Metadata shows the ISR.
 func TestKafkaISRShrinkKeepsAcksAllCompleting(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond, ReplicaLagMax: 300 * time.Millisecond}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond, ReplicaLagMax: 300 * time.Millisecond}, kafkawire.Config{})
 	require.NoError(t, kb.b.SetFollower(tp(1), 2, 0, true))
 	cl := kb.client(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProduceRequestTimeout(20*time.Second))
@@ -175,7 +178,7 @@ func TestKafkaISRShrinkKeepsAcksAllCompleting(t *testing.T) {
 // A consumer long-polling with a 5 s max wait gets a record within 100 ms of
 // its produce: the produce's commit completes the parked fetch early.
 func TestKafkaLongPollGetsTheRecordAtOnce(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 1}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 1}, kafkawire.Config{})
 	consumer := kb.client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchMaxWait(5*time.Second))
 	producer := kb.client(t, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -216,7 +219,7 @@ func TestKafkaLongPollGetsTheRecordAtOnce(t *testing.T) {
 // each, are all parked, and all answered by one produce.
 func TestKafkaThousandLongPollsAreAllAnswered(t *testing.T) {
 	const clients, perClient = 10, 100
-	kb := startKafka(t, BrokerConfig{Replicas: 1, Lag: time.Millisecond}, KafkaConfig{MaxInflight: perClient})
+	kb := startKafka(t, BrokerConfig{Replicas: 1, Lag: time.Millisecond}, kafkawire.Config{MaxInflight: perClient})
 	ctx := testCtx(t, 60*time.Second)
 	type answer struct {
 		err   error
@@ -272,7 +275,7 @@ func TestKafkaThousandLongPollsAreAllAnswered(t *testing.T) {
 // Shutting down with a parked produce and parked fetches answers all of
 // them before the connections close: the produce with REQUEST_TIMED_OUT.
 func TestKafkaShutdownAnswersParkedRequests(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Replicas: 1}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 1}, kafkawire.Config{})
 	require.NoError(t, kb.b.SetFollower(tp(0), 1, 0, true))
 	cl := kb.client(t)
 	ctx := testCtx(t, 60*time.Second)
@@ -284,7 +287,7 @@ func TestKafkaShutdownAnswersParkedRequests(t *testing.T) {
 		topic := kmsg.NewProduceRequestTopic()
 		topic.Topic = "t"
 		part := kmsg.NewProduceRequestTopicPartition()
-		part.Records = encodeBatch([][]byte{[]byte("x")}, time.Now())
+		part.Records = partlog.EncodeBatch([][]byte{[]byte("x")}, time.Now())
 		topic.Partitions = append(topic.Partitions, part)
 		req.Topics = append(req.Topics, topic)
 		resp, err := req.RequestWith(ctx, cl.Broker(0))
@@ -361,7 +364,7 @@ func TestKafkaAndHTTPShareTheLog(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- ServeAll(ctx, b, Servers{Kafka: NewKafkaServer(b, KafkaConfig{}), KafkaListener: kln,
+		errc <- ServeAll(ctx, b, Servers{Kafka: NewKafkaServer(b, kafkawire.Config{}), KafkaListener: kln,
 			HTTP: NewHTTPServer(hln.Addr().String(), b, HTTPConfig{}), HTTPListener: hln})
 	}()
 	defer func() { cancel(); assert.NoError(t, <-errc) }()
@@ -379,7 +382,7 @@ func TestKafkaAndHTTPShareTheLog(t *testing.T) {
 	}
 	require.NoError(t, cl.ProduceSync(pctx, recs...).FirstErr())
 	var rb kmsg.RecordBatch
-	require.NoError(t, rb.ReadFrom(b.partitions[tp(0)].batches[0].raw))
+	require.NoError(t, rb.ReadFrom(b.partitions[tp(0)].batches()[0]))
 	require.Equal(t, int32(3), rb.NumRecords, "one batch of three")
 	require.Equal(t, int16(kgo.CodecSnappy), rb.Attributes&0x07, "stored compressed, as sent")
 
@@ -410,7 +413,7 @@ func TestKafkaRoundTripAtEachVersion(t *testing.T) {
 		versions *kversion.Versions
 	}{{"Kafka 0.11", kversion.V0_11_0()}, {"Kafka 2.4", kversion.V2_4_0()}, {"newest", nil}} {
 		t.Run(c.name, func(t *testing.T) {
-			kb := startKafka(t, BrokerConfig{Replicas: 1, Lag: time.Millisecond}, KafkaConfig{})
+			kb := startKafka(t, BrokerConfig{Replicas: 1, Lag: time.Millisecond}, kafkawire.Config{})
 			var opts []kgo.Opt
 			if c.versions != nil {
 				opts = append(opts, kgo.MaxVersions(c.versions))

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // kcat is librdkafka's command-line client: a Kafka client this project
@@ -31,7 +33,7 @@ func kcatPath(t *testing.T) string {
 // long-polls at the log end and gets the next record once it is produced.
 func TestKcatRoundTrip(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Replicas: 2, Lag: time.Millisecond}, kafkawire.Config{})
 	ctx := testCtx(t, 90*time.Second)
 	run := func(stdin string, args ...string) string {
 		t.Helper()
@@ -88,7 +90,7 @@ func TestKcatRoundTrip(t *testing.T) {
 // consumer reads the records back.
 func TestKcatCompresses(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 3}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 3}, kafkawire.Config{})
 	ctx := testCtx(t, 60*time.Second)
 	codecs := []struct {
 		name string
@@ -104,9 +106,9 @@ func TestKcatCompresses(t *testing.T) {
 		assert.NotContains(t, string(out), "not compressing", "librdkafka compressed with %s", c.name)
 		part := kb.b.partitions[tp(int32(i))]
 		part.mu.Lock()
-		require.Len(t, part.batches, 1, "one batch of two records")
+		require.Len(t, part.log.Batches(), 1, "one batch of two records")
 		var rb kmsg.RecordBatch
-		require.NoError(t, rb.ReadFrom(part.batches[0].raw))
+		require.NoError(t, rb.ReadFrom(part.log.Batches()[0]))
 		part.mu.Unlock()
 		assert.Equal(t, c.attr, rb.Attributes&0x07, "the batch arrived compressed with %s", c.name)
 		assert.Equal(t, int32(2), rb.NumRecords)
@@ -141,7 +143,7 @@ func (s *syncBuffer) String() string {
 // interrupted.
 func TestKcatGroupOfTwo(t *testing.T) {
 	kcat := kcatPath(t)
-	kb := groupBroker(t)
+	kb := groupBroker(t, nil)
 	ctx := testCtx(t, 90*time.Second)
 	producer := kb.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 

@@ -1,9 +1,10 @@
-// Command produce_fetch is a small in-memory broker that parks produce and
-// fetch requests in two purgatories, as Kafka's ReplicaManager does. By
-// default it runs a self-contained scenario for a few seconds and prints a
-// summary; with -kafka it serves Kafka clients (kcat, franz-go, ...), and
-// with -listen it serves the same broker over HTTP. See README.md beside
-// this file.
+// Command produce_fetch is a single-node, in-memory Kafka broker that parks
+// produce, fetch and DeleteRecords requests in purgatories, as Kafka's
+// ReplicaManager does, and consumer groups' waits, as its group
+// coordinator does. By default it runs a self-contained scenario for a
+// few seconds and prints a summary; with -kafka it serves Kafka clients
+// (kcat, franz-go, ...), and with -listen it serves the same broker over
+// HTTP. See README.md beside this file.
 package main
 
 import (
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 func main() {
@@ -111,7 +114,7 @@ func serve(c ScenarioConfig, listenAddr, kafkaAddr, advertise string, maxRequest
 			return err
 		}
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		s.Kafka = NewKafkaServer(b, KafkaConfig{MaxRequestBytes: maxRequestBytes, Advertise: advertise, Logger: logger})
+		s.Kafka = NewKafkaServer(b, kafkawire.Config{MaxRequestBytes: maxRequestBytes, Advertise: advertise, Logger: logger})
 		printKcatHelp(os.Stdout, s.KafkaListener.Addr().String(), c)
 	}
 	fmt.Println("Ctrl-C to stop; every parked request is answered first.")
@@ -151,7 +154,7 @@ func printKcatHelp(w io.Writer, addr string, c ScenarioConfig) {
 
 // statusLoop shows statusLine every second: redrawn in place on a terminal,
 // otherwise as a new line whenever it changed.
-func statusLoop(ctx context.Context, w io.Writer, live bool, b *Broker, ks *KafkaServer) {
+func statusLoop(ctx context.Context, w io.Writer, live bool, b *Broker, ks *kafkawire.Server) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := ""
@@ -177,7 +180,7 @@ func statusLoop(ctx context.Context, w io.Writer, live bool, b *Broker, ks *Kafk
 
 // statusLine is one line of the broker's state: each purgatory's parked
 // requests and how the rest were answered, the ISR changes, and clients.
-func statusLine(st BrokerStats, ks *KafkaServer) string {
+func statusLine(st BrokerStats, ks *kafkawire.Server) string {
 	line := fmt.Sprintf("produce: %d parked, %d done early, %d expired | fetch: %d parked, %d done early, %d expired | isr -%d +%d",
 		st.Produce.Pending, st.Produce.CompletedEarly, st.Produce.Expired,
 		st.Fetch.Pending, st.Fetch.CompletedEarly, st.Fetch.Expired, st.ISRShrinks, st.ISRExpands)

@@ -12,6 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // encodeOldMessage encodes one message of format v0 or v1, with its size and
@@ -36,7 +39,7 @@ func encodeOldMessage(magic int8, offset int64, attrs int8, ts int64, key, value
 // back by a Kafka client at the offsets the broker gave them. A message
 // with a bad CRC fails its partition alone, with CORRUPT_MESSAGE.
 func TestKafkaProduceOldMessageSetsAreUpConverted(t *testing.T) {
-	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2}, KafkaConfig{})
+	kb := startKafka(t, BrokerConfig{Topics: []string{"t"}, Partitions: 2}, kafkawire.Config{})
 	c := dialRaw(t, kb.addr)
 	now := time.Now().UnixMilli()
 
@@ -47,7 +50,7 @@ func TestKafkaProduceOldMessageSetsAreUpConverted(t *testing.T) {
 		inner = append(inner, encodeOldMessage(1, int64(i), 0, now+int64(i), []byte("k"), []byte(v))...)
 	}
 	var buf bytes.Buffer
-	gz, codec := compressorFor(kgo.CodecGzip).Compress(&buf, inner)
+	gz, codec := partlog.Compressor(kgo.CodecGzip).Compress(&buf, inner)
 	require.Equal(t, kgo.CodecGzip, codec)
 	wrapper := encodeOldMessage(1, 2, 1, now+2, nil, bytes.Clone(gz))
 	corrupt := encodeOldMessage(1, 0, 0, now, nil, []byte("bad"))
@@ -87,17 +90,17 @@ func TestKafkaProduceOldMessageSetsAreUpConverted(t *testing.T) {
 
 	part := kb.b.partitions[tp(0)]
 	part.mu.Lock()
-	require.Len(t, part.batches, 2)
+	require.Len(t, part.log.Batches(), 2)
 	var rb kmsg.RecordBatch
-	require.NoError(t, rb.ReadFrom(part.batches[0].raw))
+	require.NoError(t, rb.ReadFrom(part.log.Batches()[0]))
 	assert.Equal(t, int16(kgo.CodecGzip), rb.Attributes&0x07, "compressed again with the producer's codec")
 	assert.Equal(t, int32(3), rb.NumRecords)
 	assert.Equal(t, now, rb.FirstTimestamp)
 	assert.Equal(t, now+2, rb.MaxTimestamp)
-	require.NoError(t, rb.ReadFrom(part.batches[1].raw))
+	require.NoError(t, rb.ReadFrom(part.log.Batches()[1]))
 	assert.Equal(t, int16(0), rb.Attributes&0x07)
 	assert.Equal(t, int64(-1), rb.FirstTimestamp, "format v0 has no timestamps")
-	assert.Empty(t, kb.b.partitions[tp(1)].batches, "the corrupt set was not stored")
+	assert.Empty(t, kb.b.partitions[tp(1)].batches(), "the corrupt set was not stored")
 	part.mu.Unlock()
 
 	consumer := kb.client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtStart()}}))

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // The two requests both front ends (HTTP and Kafka's protocol) turn into.
@@ -50,7 +52,7 @@ func (b *Broker) ProduceFunc(req ProduceRequest, respond func(ProduceResponse)) 
 		case req.Acks != -1 && req.Acks != 0 && req.Acks != 1:
 			st.settle(kerr.InvalidRequiredAcks, "")
 		default:
-			rb, e, msg := parseBatch(pp.Batch)
+			rb, e, msg := partlog.ParseBatch(pp.Batch)
 			if e != nil {
 				st.settle(e, msg)
 				continue
@@ -101,6 +103,9 @@ type FetchPartitionRequest struct {
 	TP       tpKey
 	Offset   int64
 	MaxBytes int64 // at most this much of the partition; 0: the request's MaxBytes
+	// LogStartOffset is a follower's log start offset, which its fetch
+	// reports to the leader; a consumer's is ignored.
+	LogStartOffset int64
 }
 
 // FetchRequest reads from offsets, waiting up to MaxWait for MinBytes.
@@ -131,7 +136,7 @@ func (b *Broker) FetchFunc(req FetchRequest, respond func(FetchResponse)) *Delay
 		// the high watermark and complete acks=all produces.
 		for _, fp := range req.Partitions {
 			if p := b.partitions[fp.TP]; p != nil && req.ReplicaID <= len(p.followers) {
-				b.followerFetch(p, p.followers[req.ReplicaID-1], fp.Offset, f.started)
+				b.followerFetch(p, p.followers[req.ReplicaID-1], fp.Offset, fp.LogStartOffset, f.started)
 			}
 		}
 	} else {

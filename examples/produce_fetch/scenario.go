@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 )
 
 // ScenarioConfig is the self-running demo: producers and consumers at a
@@ -135,7 +137,7 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 			first := rand.IntN(len(parts))
 			for j := range 1 + rand.IntN(min(2, len(parts))) {
 				tp := parts[(first+j)%len(parts)]
-				batch := encodeBatch([][]byte{fmt.Appendf(nil, "record-%d", i)}, time.Now())
+				batch := partlog.EncodeBatch([][]byte{fmt.Appendf(nil, "record-%d", i)}, time.Now())
 				req.Partitions = append(req.Partitions, ProducePartition{TP: tp, Batch: batch})
 			}
 			wg.Add(1)
@@ -167,7 +169,7 @@ func RunScenario(c ScenarioConfig) (Summary, error) {
 					MinBytes: c.MinBytes, MaxWait: c.MaxWait, Committed: true})
 				resp := <-ch
 				fetch.add(resp.Latency, resp.Expired, resp.Refused)
-				offset = nextOffset(resp.Partitions[0].Batches, offset)
+				offset = partlog.NextOffset(resp.Partitions[0].Batches, offset)
 			}
 		}()
 	}

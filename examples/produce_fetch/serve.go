@@ -6,13 +6,15 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/kafkawire"
 )
 
 // Servers are the front ends ServeAll runs; either may be nil.
 type Servers struct {
 	HTTP          *http.Server
 	HTTPListener  net.Listener
-	Kafka         *KafkaServer
+	Kafka         *kafkawire.Server
 	KafkaListener net.Listener
 	// ShutdownTimeout bounds the shutdown once ctx ends [10s].
 	ShutdownTimeout time.Duration

@@ -1,14 +1,16 @@
-package main
+package kafkawire
 
 import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
 )
 
 // The group APIs over Kafka's wire protocol: each handler turns a kmsg
-// request into a call of the Coordinator (groups.go) and its result back
+// request into a call of the coordinator (internal/groups) and its result back
 // into the kmsg response of the request's version. JoinGroup and SyncGroup
 // may be answered later, from the coordinator's callbacks.
 
@@ -25,20 +27,26 @@ func errCode(e *kerr.Error) int16 {
 	return e.Code
 }
 
+// known says whether the broker has partition tp.
+func (s *Server) known(tp tpKey) bool {
+	_, ok := s.b.Partition(tp)
+	return ok
+}
+
 func millis(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // findCoordinator names this broker as the coordinator of every group, in
 // the single-key form (v0-3) and the batched form (v4+). There is no
 // transaction coordinator here: transactional keys get
 // COORDINATOR_NOT_AVAILABLE.
-func (s *KafkaServer) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Response {
+func (s *Server) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	host, port := s.advertised()
 	lookup := func() (int32, string, int32, *kerr.Error) {
 		switch {
 		case req.CoordinatorType != 0:
 			return -1, "", -1, kerr.CoordinatorNotAvailable
-		case s.b.groups.isClosed():
+		case s.b.Groups().Closed():
 			return -1, "", -1, kerr.CoordinatorNotAvailable
 		}
 		return 0, host, port, nil
@@ -60,70 +68,68 @@ func (s *KafkaServer) findCoordinator(req *kmsg.FindCoordinatorRequest) kmsg.Res
 	return resp
 }
 
-func (c *Coordinator) isClosed() bool { return c.closed.Load() }
-
 // joinGroup parks until the rebalance completes (or answers at once).
 // Static membership (v5+'s group.instance.id) is not supported: such a
 // member is treated as a dynamic one.
-func (s *KafkaServer) joinGroup(req *kmsg.JoinGroupRequest, rc reqContext, answer func(kmsg.Response)) {
-	r := JoinRequest{Group: req.Group, MemberID: req.MemberID, ClientID: rc.clientID, ClientHost: rc.host,
+func (s *Server) joinGroup(req *kmsg.JoinGroupRequest, rc reqContext, answer func(kmsg.Response)) {
+	r := groups.JoinRequest{Group: req.Group, MemberID: req.MemberID, ClientID: rc.clientID, ClientHost: rc.host,
 		ProtocolType: req.ProtocolType, Session: millis(req.SessionTimeoutMillis),
 		Rebalance: millis(req.RebalanceTimeoutMillis), RequireKnownMemberID: req.Version >= 4}
 	if req.Version == 0 {
 		r.Rebalance = r.Session // v0 has one timeout for both
 	}
 	for _, p := range req.Protocols {
-		r.Protocols = append(r.Protocols, groupProtocol{name: p.Name, metadata: p.Metadata})
+		r.Protocols = append(r.Protocols, groups.Protocol{Name: p.Name, Metadata: p.Metadata})
 	}
-	s.b.groups.Join(r, func(res joinResult) {
+	s.b.Groups().Join(r, func(res groups.JoinResult) {
 		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
-		resp.ErrorCode = errCode(res.err)
-		resp.Generation = res.generation
-		resp.MemberID = res.memberID
-		resp.LeaderID = res.leader
-		if res.err == nil {
-			resp.ProtocolType = kmsg.StringPtr(res.protocolType)
-			resp.Protocol = kmsg.StringPtr(res.protocol)
+		resp.ErrorCode = errCode(res.Err)
+		resp.Generation = res.Generation
+		resp.MemberID = res.MemberID
+		resp.LeaderID = res.Leader
+		if res.Err == nil {
+			resp.ProtocolType = kmsg.StringPtr(res.ProtocolType)
+			resp.Protocol = kmsg.StringPtr(res.Protocol)
 		} else if req.Version < 7 {
 			resp.Protocol = kmsg.StringPtr("") // not nullable before v7
 		}
-		for _, m := range res.members {
+		for _, m := range res.Members {
 			jm := kmsg.NewJoinGroupResponseMember()
-			jm.MemberID, jm.ProtocolMetadata = m.id, m.metadata
+			jm.MemberID, jm.ProtocolMetadata = m.ID, m.Metadata
 			resp.Members = append(resp.Members, jm)
 		}
 		answer(resp)
 	})
 }
 
-func (s *KafkaServer) syncGroup(req *kmsg.SyncGroupRequest, answer func(kmsg.Response)) {
+func (s *Server) syncGroup(req *kmsg.SyncGroupRequest, answer func(kmsg.Response)) {
 	assignments := make(map[string][]byte, len(req.GroupAssignment))
 	for _, a := range req.GroupAssignment {
 		assignments[a.MemberID] = a.MemberAssignment
 	}
-	s.b.groups.Sync(req.Group, req.Generation, req.MemberID, req.ProtocolType, req.Protocol, assignments, func(res syncResult) {
+	s.b.Groups().Sync(req.Group, req.Generation, req.MemberID, req.ProtocolType, req.Protocol, assignments, func(res groups.SyncResult) {
 		resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
-		resp.ErrorCode = errCode(res.err)
-		resp.MemberAssignment = res.assignment
+		resp.ErrorCode = errCode(res.Err)
+		resp.MemberAssignment = res.Assignment
 		if resp.MemberAssignment == nil {
 			resp.MemberAssignment = []byte{}
 		}
-		if res.err == nil {
-			resp.ProtocolType, resp.Protocol = kmsg.StringPtr(res.protocolType), kmsg.StringPtr(res.protocol)
+		if res.Err == nil {
+			resp.ProtocolType, resp.Protocol = kmsg.StringPtr(res.ProtocolType), kmsg.StringPtr(res.Protocol)
 		}
 		answer(resp)
 	})
 }
 
-func (s *KafkaServer) heartbeat(req *kmsg.HeartbeatRequest) kmsg.Response {
+func (s *Server) heartbeat(req *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
-	resp.ErrorCode = errCode(s.b.groups.Heartbeat(req.Group, req.Generation, req.MemberID))
+	resp.ErrorCode = errCode(s.b.Groups().Heartbeat(req.Group, req.Generation, req.MemberID))
 	return resp
 }
 
 // leaveGroup takes one member (v0-2) or a batch (v3+). Below v3 the
 // member's error is the response's.
-func (s *KafkaServer) leaveGroup(req *kmsg.LeaveGroupRequest) kmsg.Response {
+func (s *Server) leaveGroup(req *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
 	ids := []string{req.MemberID}
 	if req.Version >= 3 {
@@ -132,7 +138,7 @@ func (s *KafkaServer) leaveGroup(req *kmsg.LeaveGroupRequest) kmsg.Response {
 			ids = append(ids, m.MemberID)
 		}
 	}
-	top, errs := s.b.groups.Leave(req.Group, ids)
+	top, errs := s.b.Groups().Leave(req.Group, ids)
 	resp.ErrorCode = errCode(top)
 	if req.Version < 3 {
 		if top == nil {
@@ -150,12 +156,12 @@ func (s *KafkaServer) leaveGroup(req *kmsg.LeaveGroupRequest) kmsg.Response {
 	return resp
 }
 
-func (s *KafkaServer) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response {
+func (s *Server) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	var commits []OffsetCommit
+	var commits []groups.OffsetCommit
 	for _, t := range req.Topics {
 		for _, p := range t.Partitions {
-			commits = append(commits, OffsetCommit{TP: tpKey{Topic: t.Topic, Partition: p.Partition},
+			commits = append(commits, groups.OffsetCommit{TP: tpKey{Topic: t.Topic, Partition: p.Partition},
 				Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata})
 		}
 	}
@@ -163,7 +169,7 @@ func (s *KafkaServer) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response 
 	if req.Version == 0 {
 		generation = -1 // v0 predates group membership: offsets only
 	}
-	errs := s.b.groups.CommitOffsets(s.b, req.Group, generation, req.MemberID, commits)
+	errs := s.b.Groups().CommitOffsets(s.known, req.Group, generation, req.MemberID, commits)
 	i := 0
 	for _, t := range req.Topics {
 		rt := kmsg.NewOffsetCommitResponseTopic()
@@ -181,14 +187,14 @@ func (s *KafkaServer) offsetCommit(req *kmsg.OffsetCommitRequest) kmsg.Response 
 
 // offsetFetch reads committed offsets for one group (v0-7) or several
 // (v8+). Null topics ask for every partition the group has committed.
-func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
+func (s *Server) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	type groupTopics struct {
 		group  string
 		topics map[string][]int32 // nil: all
 		order  []string
 	}
-	fetch := func(gt groupTopics) ([]FetchedOffset, *kerr.Error) {
+	fetch := func(gt groupTopics) ([]groups.FetchedOffset, *kerr.Error) {
 		var tps []tpKey
 		if gt.topics != nil {
 			tps = []tpKey{}
@@ -198,10 +204,10 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 				}
 			}
 		}
-		return s.b.groups.FetchOffsets(gt.group, tps)
+		return s.b.Groups().FetchOffsets(gt.group, tps)
 	}
 	// byTopic groups fetched offsets by topic, in the order they came.
-	byTopic := func(fos []FetchedOffset, add func(topic string, fo FetchedOffset)) {
+	byTopic := func(fos []groups.FetchedOffset, add func(topic string, fo groups.FetchedOffset)) {
 		for _, fo := range fos {
 			add(fo.TP.Topic, fo)
 		}
@@ -224,7 +230,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		fos, e := fetch(gt)
 		resp.ErrorCode = errCode(e)
 		idx := map[string]int{}
-		byTopic(fos, func(topic string, fo FetchedOffset) {
+		byTopic(fos, func(topic string, fo groups.FetchedOffset) {
 			i, ok := idx[topic]
 			if !ok {
 				i = len(resp.Topics)
@@ -260,7 +266,7 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 		rg := kmsg.NewOffsetFetchResponseGroup()
 		rg.Group, rg.ErrorCode = g.Group, errCode(e)
 		idx := map[string]int{}
-		byTopic(fos, func(topic string, fo FetchedOffset) {
+		byTopic(fos, func(topic string, fo groups.FetchedOffset) {
 			i, ok := idx[topic]
 			if !ok {
 				i = len(rg.Topics)
@@ -280,9 +286,9 @@ func (s *KafkaServer) offsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 
 // listGroups lists every group, filtered by state (v4+) and type (v5+:
 // every group here is "classic").
-func (s *KafkaServer) listGroups(req *kmsg.ListGroupsRequest) kmsg.Response {
+func (s *Server) listGroups(req *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
-	gs, e := s.b.groups.ListGroups()
+	gs, e := s.b.Groups().ListGroups()
 	resp.ErrorCode = errCode(e)
 	want := func(filter []string, v string) bool {
 		if len(filter) == 0 {
@@ -308,12 +314,12 @@ func (s *KafkaServer) listGroups(req *kmsg.ListGroupsRequest) kmsg.Response {
 
 // describeGroups describes each group; an unknown one is Dead, and from
 // v6 on also GROUP_ID_NOT_FOUND, as in Kafka.
-func (s *KafkaServer) describeGroups(req *kmsg.DescribeGroupsRequest) kmsg.Response {
+func (s *Server) describeGroups(req *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	for _, id := range req.Groups {
 		rg := kmsg.NewDescribeGroupsResponseGroup()
 		rg.Group = id
-		sum, ok, e := s.b.groups.DescribeGroup(id)
+		sum, ok, e := s.b.Groups().DescribeGroup(id)
 		rg.State, rg.ProtocolType, rg.Protocol = sum.State, sum.ProtocolType, sum.Protocol
 		switch {
 		case e != nil:

@@ -1,4 +1,4 @@
-package main
+package partlog
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sort"
 	"time"
 
@@ -15,11 +16,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// The log of a partition holds record batches exactly as producers sent
-// them (Kafka's format v2, possibly compressed), with only their base offset
-// rewritten. Offsets count records; byte positions count stored batch bytes,
-// which is what a fetch's min_bytes and max_bytes are measured in, as in
-// Kafka.
+// Log is one partition's log: the record batches appended to it, in
+// order, and where it ends. It is not safe for concurrent use: the
+// partition that owns it guards it with its own lock, which also guards
+// the replication state that must change in step with the log.
+type Log struct {
+	batches []storedBatch // those holding offsets at or after start
+	start   int64         // log start offset: the first offset a read may ask for
+	end     int64         // log end offset: the offset the next record gets
+	size    int64         // bytes of all batches ever appended
+}
 
 // storedBatch is one batch in a partition's log.
 type storedBatch struct {
@@ -39,10 +45,10 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// parseBatch checks that raw is exactly one well-formed v2 record batch, as
+// ParseBatch checks that raw is exactly one well-formed v2 record batch, as
 // Kafka requires of each partition of a produce request from v3 on, and
 // returns its header.
-func parseBatch(raw []byte) (kmsg.RecordBatch, *kerr.Error, string) {
+func ParseBatch(raw []byte) (kmsg.RecordBatch, *kerr.Error, string) {
 	var rb kmsg.RecordBatch
 	if len(raw) < batchHeaderLen {
 		return rb, kerr.CorruptMessage, fmt.Sprintf("%d bytes is shorter than a record batch header", len(raw))
@@ -66,57 +72,85 @@ func parseBatch(raw []byte) (kmsg.RecordBatch, *kerr.Error, string) {
 	return rb, nil, ""
 }
 
-// appendLocked adds a batch that parseBatch accepted at the log end and
-// returns its base offset. The caller holds p.mu. The batch is copied: the
-// request's buffer is not kept alive by the log.
-func (p *partition) appendLocked(raw []byte, numRecords int32) int64 {
-	base := p.leo
-	b := storedBatch{base: base, next: base + int64(numRecords), pos: p.size, raw: bytes.Clone(raw)}
+// Append adds a batch that ParseBatch accepted at the log end and returns
+// its base offset. The batch is copied: the request's buffer is not kept
+// alive by the log.
+func (l *Log) Append(raw []byte, numRecords int32) int64 {
+	base := l.end
+	b := storedBatch{base: base, next: base + int64(numRecords), pos: l.size, raw: bytes.Clone(raw)}
 	binary.BigEndian.PutUint64(b.raw[0:8], uint64(base))
-	p.batches = append(p.batches, b)
-	p.leo = b.next
-	p.size += int64(len(b.raw))
+	l.batches = append(l.batches, b)
+	l.end = b.next
+	l.size += int64(len(b.raw))
 	return base
 }
 
-// batchIndexLocked is the index of the batch holding offset o, or
-// len(p.batches) if o is at or past the log end.
-func (p *partition) batchIndexLocked(o int64) int {
-	return sort.Search(len(p.batches), func(i int) bool { return p.batches[i].next > o })
-}
+// End is the log end offset: the offset the next record appended gets.
+func (l *Log) End() int64 { return l.end }
 
-// positionLocked is the byte position a read from offset o starts at: the
-// start of the batch holding o (a fetch from the middle of a batch gets the
-// whole batch, and the client skips the records before o).
-func (p *partition) positionLocked(o int64) int64 {
-	if i := p.batchIndexLocked(o); i < len(p.batches) {
-		return p.batches[i].pos
+// Start is the log start offset: offsets below it are deleted. It only
+// rises.
+func (l *Log) Start() int64 { return l.start }
+
+// DeleteBefore moves the log start offset up to offset, which the caller
+// has checked is at most End (Kafka's maybeIncrementLogStartOffset), and
+// drops the batches wholly below it. A batch that straddles the new start
+// is kept whole: a read from inside it returns the whole batch, and the
+// client skips the records before its offset, as for any read. Byte
+// positions are those of the whole log's history, so they do not move.
+// An offset at or below Start changes nothing.
+func (l *Log) DeleteBefore(offset int64) {
+	if offset <= l.start {
+		return
 	}
-	return p.size
+	l.start = offset
+	i := l.batchIndex(offset)
+	l.batches = slices.Delete(l.batches, 0, i)
 }
 
-// bytesBetween is how many bytes a read of offsets [from, to) returns; to is
-// a batch boundary (the log end or the high watermark).
-func (p *partition) bytesBetween(from, to int64) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// Batches returns the stored batches, in order, each as it is served.
+func (l *Log) Batches() [][]byte {
+	out := make([][]byte, len(l.batches))
+	for i, b := range l.batches {
+		out[i] = b.raw
+	}
+	return out
+}
+
+// batchIndex is the index of the batch holding offset o, or len(l.batches)
+// if o is at or past the log end.
+func (l *Log) batchIndex(o int64) int {
+	return sort.Search(len(l.batches), func(i int) bool { return l.batches[i].next > o })
+}
+
+// position is the byte position a read from offset o starts at: the start
+// of the batch holding o (a fetch from the middle of a batch gets the whole
+// batch, and the client skips the records before o).
+func (l *Log) position(o int64) int64 {
+	if i := l.batchIndex(o); i < len(l.batches) {
+		return l.batches[i].pos
+	}
+	return l.size
+}
+
+// BytesBetween is how many bytes a read of offsets [from, to) returns; to
+// is a batch boundary (the log end or the high watermark).
+func (l *Log) BytesBetween(from, to int64) int64 {
 	if from >= to {
 		return 0
 	}
-	return p.positionLocked(to) - p.positionLocked(from)
+	return l.position(to) - l.position(from)
 }
 
-// read returns the batches holding offsets [from, to), whole, up to maxBytes
+// Read returns the batches holding offsets [from, to), whole, up to maxBytes
 // in all. If minOne, the first batch is returned even if it is larger than
 // maxBytes, as Kafka does for the first partition of a fetch (KIP-74), so a
 // large batch cannot stall a consumer.
-func (p *partition) read(from, to, maxBytes int64, minOne bool) [][]byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (l *Log) Read(from, to, maxBytes int64, minOne bool) [][]byte {
 	var out [][]byte
 	var n int64
-	for i := p.batchIndexLocked(from); i < len(p.batches) && p.batches[i].base < to; i++ {
-		raw := p.batches[i].raw
+	for i := l.batchIndex(from); i < len(l.batches) && l.batches[i].base < to; i++ {
+		raw := l.batches[i].raw
 		if n+int64(len(raw)) > maxBytes && !(minOne && len(out) == 0) {
 			break
 		}
@@ -126,25 +160,23 @@ func (p *partition) read(from, to, maxBytes int64, minOne bool) [][]byte {
 	return out
 }
 
-// offsetForTimestamp is the base offset of the first batch whose largest
+// OffsetForTimestamp is the base offset of the first batch whose largest
 // timestamp is at or after ts, or -1 if there is none: ListOffsets by time,
 // at batch granularity.
-func (p *partition) offsetForTimestamp(ts int64) (offset, timestamp int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, b := range p.batches {
+func (l *Log) OffsetForTimestamp(ts int64) (offset, timestamp int64) {
+	for _, b := range l.batches {
 		var rb kmsg.RecordBatch
 		if rb.ReadFrom(b.raw) == nil && rb.MaxTimestamp >= ts {
-			return b.base, rb.MaxTimestamp
+			return max(b.base, l.start), rb.MaxTimestamp
 		}
 	}
 	return -1, -1
 }
 
-// encodeBatch builds an uncompressed v2 record batch of values, for the
+// EncodeBatch builds an uncompressed v2 record batch of values, for the
 // HTTP mode's produce, with kmsg's types: each record's length prefix and
 // the batch's length and CRC are the only fields that are computed here.
-func encodeBatch(values [][]byte, now time.Time) []byte {
+func EncodeBatch(values [][]byte, now time.Time) []byte {
 	recs := make([]oldMessage, len(values))
 	for i, v := range values {
 		recs[i] = oldMessage{value: v, timestamp: now.UnixMilli()}
@@ -174,7 +206,7 @@ func encodeRecords(recs []oldMessage, codec kgo.CompressionCodecType) []byte {
 	var attrs int16
 	if codec != kgo.CodecNone {
 		var buf bytes.Buffer
-		if out, used := compressorFor(codec).Compress(&buf, records); used == codec {
+		if out, used := Compressor(codec).Compress(&buf, records); used == codec {
 			records, attrs = bytes.Clone(out), int16(codec)
 		}
 	}
@@ -193,8 +225,8 @@ func encodeRecords(recs []oldMessage, codec kgo.CompressionCodecType) []byte {
 	return rb.AppendTo(raw[:0])
 }
 
-// compressorFor returns a compressor for one codec.
-func compressorFor(codec kgo.CompressionCodecType) kgo.Compressor {
+// Compressor returns a compressor for one codec.
+func Compressor(codec kgo.CompressionCodecType) kgo.Compressor {
 	var cc kgo.CompressionCodec
 	switch codec {
 	case kgo.CodecGzip:
@@ -217,7 +249,7 @@ type oldMessage struct {
 	key, value []byte
 }
 
-// upConvertMessageSet turns the message set of a Produce v0-2 (message
+// UpConvertMessageSet turns the message set of a Produce v0-2 (message
 // format v0 or v1) into one v2 record batch, as Kafka's LogValidator does
 // on append when the log's format is v2: every log here holds v2 batches,
 // which is all Fetch v4+ serves. A compressed wrapper message's inner
@@ -236,7 +268,7 @@ type oldMessage struct {
 // versions still send Produce v3+ with v2 batches once Produce v0 is
 // advertised; the older versions are here so that what is advertised is
 // served.
-func upConvertMessageSet(raw []byte) (batch []byte, numRecords int32, e *kerr.Error, msg string) {
+func UpConvertMessageSet(raw []byte) (batch []byte, numRecords int32, e *kerr.Error, msg string) {
 	outer, codec, err := readMessageSet(raw, true)
 	if err != nil {
 		return nil, 0, kerr.CorruptMessage, "message set: " + err.Error()
@@ -310,10 +342,10 @@ func readMessageSet(raw []byte, top bool) ([]oldMessage, kgo.CompressionCodecTyp
 
 var decompressor = kgo.DefaultDecompressor()
 
-// decodeValues returns the values of the records at offsets from and after,
+// DecodeValues returns the values of the records at offsets from and after,
 // in the batches a fetch returned, decompressing them if they are
 // compressed: the HTTP mode's view of a Kafka producer's batches.
-func decodeValues(batches [][]byte, from int64) (values [][]byte, next int64, err error) {
+func DecodeValues(batches [][]byte, from int64) (values [][]byte, next int64, err error) {
 	next = from
 	for _, raw := range batches {
 		var rb kmsg.RecordBatch
@@ -345,9 +377,9 @@ func decodeValues(batches [][]byte, from int64) (values [][]byte, next int64, er
 	return values, next, nil
 }
 
-// nextOffset is the offset after the last record in batches, or from if
+// NextOffset is the offset after the last record in batches, or from if
 // there are none: where a consumer's next fetch starts.
-func nextOffset(batches [][]byte, from int64) int64 {
+func NextOffset(batches [][]byte, from int64) int64 {
 	next := from
 	for _, raw := range batches {
 		var rb kmsg.RecordBatch

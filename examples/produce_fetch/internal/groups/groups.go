@@ -1,11 +1,9 @@
-package main
+package groups
 
 import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,46 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/purgatory-go/purgatory/operation"
-	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/timer"
 )
 
-// The group coordinator: Kafka's classic consumer-group protocol
-// (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, and the offsets a group
-// commits), ported from Kafka's GroupCoordinator.scala. Its three kinds of
-// waiting are delayed operations in three purgatories, as in Kafka:
-//
-//   - DelayedJoin (delayed_group.go), one per rebalance, watched on the
-//     group's GroupJoinKey: it completes when every known member has sent
-//     its JoinGroup, or at the rebalance timeout, when the members that did
-//     not rejoin are dropped. Its completion answers every parked JoinGroup.
-//   - DelayedSync, one per generation, watched on GroupSyncKey: members
-//     that have not sent their SyncGroup when it expires are dropped
-//     (Kafka's pending-sync timeout). The SyncGroups themselves wait on
-//     their member, as in Kafka, until the leader's assignment comes.
-//   - DelayedHeartbeat, one per member, watched on its MemberKey: its
-//     deadline is the end of the member's session. A heartbeat moves the
-//     deadline with ResetTimeout; when it expires the member is dropped and
-//     the group rebalances.
-//
-// One operation.SharedLock per group guards the group's state and is the
-// lock of all its operations (Kafka's group.lock, passed as their lockOpt),
-// so a callback always runs with the group locked, and a request handler
-// that holds the lock may check or park the group's operations: the park
-// finishes just before the lock is released, the check just after.
-//
-// Reply functions (joinReply, syncReply) are called exactly once per
-// request, often from a callback under the group's lock: they must not
-// block, and every path that forgets a waiting request must answer it
-// first, or the client's connection would wait for that answer forever.
-
-// errGroupUnloaded is the Cause of the operations Close completes with
-// CompleteForKey: their callbacks answer what waits with NOT_COORDINATOR.
-var errGroupUnloaded = errors.New("group coordinator: the broker is shutting down")
-
-// GroupConfig configures the group coordinator. Zero durations take the
+// Config configures the group coordinator. Zero durations take the
 // default in brackets, Kafka's; InitialRebalanceDelay zero means none.
-type GroupConfig struct {
+type Config struct {
 	// InitialRebalanceDelay is Kafka's group.initial.rebalance.delay.ms:
 	// the first rebalance of an empty group waits this long, and again as
 	// long as new members keep coming (up to the rebalance timeout), so
@@ -64,19 +27,12 @@ type GroupConfig struct {
 	// members may ask for (Kafka's group.min.session.timeout.ms and
 	// group.max.session.timeout.ms) [6s, 30m].
 	MinSessionTimeout, MaxSessionTimeout time.Duration
-	// Timer is the three purgatories' timer: a MockTimer in tests; nil for
-	// real timers, each purgatory with its own reaper.
-	Timer timer.Timer
-	// Logger receives what the three purgatories report (a recovered
-	// panic in a callback, a refused park); nil: slog.Default.
-	Logger *slog.Logger
-	// Repark keeps sessions alive Kafka's way: each heartbeat completes the
-	// member's DelayedHeartbeat and parks a new one, instead of moving its
-	// deadline with ResetTimeout. For BenchmarkHeartbeat.
-	Repark bool
+	// OnRemove, if set (by tests), is called under the group's lock each
+	// time a member leaves a group, with the reason.
+	OnRemove func(group string, m MemberSummary, why Removal)
 }
 
-func (c *GroupConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.MinSessionTimeout <= 0 {
 		c.MinSessionTimeout = 6 * time.Second
 	}
@@ -86,16 +42,12 @@ func (c *GroupConfig) setDefaults() {
 	c.InitialRebalanceDelay = max(c.InitialRebalanceDelay, 0)
 }
 
-type (
-	joinKey   = operation.GroupJoinKey
-	syncKey   = operation.GroupSyncKey
-	memberKey = operation.MemberKey
-)
+type tpKey = operation.TopicPartitionKey
 
 // groupState is a group's place in Kafka's state machine:
 //
 //	Empty -> PreparingRebalance    a member joins
-//	PreparingRebalance -> CompletingRebalance   the DelayedJoin completes with members
+//	PreparingRebalance -> CompletingRebalance   the rebalance's wait completes with members
 //	PreparingRebalance -> Empty    ... with none left
 //	CompletingRebalance -> Stable  the leader's SyncGroup brings the assignment
 //	CompletingRebalance, Stable -> PreparingRebalance   a member joins, leaves or expires
@@ -128,35 +80,31 @@ func (s groupState) String() string {
 // Coordinator is the group coordinator of this broker, which coordinates
 // every group. Its methods are safe for concurrent use.
 type Coordinator struct {
-	cfg       GroupConfig
-	join      *purgatory.Purgatory[joinKey, *DelayedJoin]
-	sync      *purgatory.Purgatory[syncKey, *DelayedSync]
-	heartbeat *purgatory.Purgatory[memberKey, *DelayedHeartbeat]
+	cfg   Config
+	waits Waits
 
-	// groups maps a group id to its *group. It is read without a lock on
+	// groups maps a group id to its *Group. It is read without a lock on
 	// every request (Kafka's groupManager keeps a ConcurrentHashMap too);
 	// mu serialises creating a group with closing.
 	groups sync.Map
 	mu     sync.Mutex // never held while taking a group's lock
 	closed atomic.Bool
-
-	// onRemove, if set (by tests), is called under the group's lock each
-	// time a member leaves the group, with the reason.
-	onRemove func(g *group, m *member, why removal)
 }
 
-// removal is why a member left its group.
-type removal int8
+// Removal is why a member left its group.
+type Removal int8
 
+// The reasons a member leaves its group.
 const (
-	removedLeft          removal = iota // LeaveGroup
-	removedSessionExpiry                // its heartbeats stopped
-	removedNotRejoined                  // a rebalance completed without it
-	removedNotSynced                    // its generation's sync timed out without it
+	RemovedLeft          Removal = iota // LeaveGroup
+	RemovedSessionExpiry                // its heartbeats stopped
+	RemovedNotRejoined                  // a rebalance completed without it
+	RemovedNotSynced                    // its generation's sync timed out without it
 )
 
-// group is one consumer group. Every field after lock is guarded by it.
-type group struct {
+// Group is one consumer group. Every field after lock is guarded by it;
+// its methods are called with the lock held.
+type Group struct {
 	id   string
 	lock operation.SharedLock
 
@@ -169,9 +117,9 @@ type group struct {
 	// pending are member ids handed out with MEMBER_ID_REQUIRED (JoinGroup
 	// v4+) whose JoinGroup has not come back yet, each with the heartbeat
 	// that drops it after a session timeout. A rebalance waits for them.
-	pending map[string]*DelayedHeartbeat
+	pending map[string]Session
 	// awaitingSync are the members of this generation that have not sent
-	// their SyncGroup; the generation's DelayedSync drops them at expiry.
+	// their SyncGroup; the generation's sync wait drops them at expiry.
 	awaitingSync map[string]bool
 	// newMemberAdded says a member joined during the initial rebalance
 	// delay, which then waits once more (Kafka's InitialDelayedJoin).
@@ -185,23 +133,23 @@ type member struct {
 	id, clientID, clientHost string
 	session, rebalance       time.Duration
 	protocolType             string
-	protocols                []groupProtocol // in the member's order of preference
+	protocols                []Protocol // in the member's order of preference
 	assignment               []byte
 	seq                      int64 // arrival order
 	// joinReply is set while the member's JoinGroup waits for the
 	// rebalance to complete, syncReply while its SyncGroup waits for the
 	// leader's assignment (Kafka's awaitingJoinCallback and
 	// awaitingSyncCallback).
-	joinReply func(joinResult)
-	syncReply func(syncResult)
-	hb        *DelayedHeartbeat // its session; nil after it expired during a rebalance
+	joinReply func(JoinResult)
+	syncReply func(SyncResult)
+	hb        Session // its session; nil after it expired during a rebalance
 }
 
-// groupProtocol is one assignor a member supports (range, roundrobin,
+// Protocol is one assignor a member supports (range, roundrobin,
 // cooperative-sticky, ...) with the member's metadata for it.
-type groupProtocol struct {
-	name     string
-	metadata []byte
+type Protocol struct {
+	Name     string
+	Metadata []byte
 }
 
 type committedOffset struct {
@@ -210,57 +158,36 @@ type committedOffset struct {
 	metadata    *string
 }
 
-// joinResult is the answer to a JoinGroup; members is set for the leader
+// JoinResult is the answer to a JoinGroup; Members is set for the leader
 // only: every member's metadata for the chosen protocol.
-type joinResult struct {
-	err                    *kerr.Error
-	memberID               string
-	generation             int32
-	protocolType, protocol string
-	leader                 string
-	members                []joinedMember
+type JoinResult struct {
+	Err                    *kerr.Error // nil: NONE
+	MemberID               string
+	Generation             int32
+	ProtocolType, Protocol string
+	Leader                 string
+	Members                []JoinedMember
 }
 
-type joinedMember struct {
-	id       string
-	metadata []byte
+// JoinedMember is one member as the leader's JoinResult lists it.
+type JoinedMember struct {
+	ID       string
+	Metadata []byte
 }
 
-// syncResult is the answer to a SyncGroup: the member's assignment.
-type syncResult struct {
-	err                    *kerr.Error
-	assignment             []byte
-	protocolType, protocol string
+// SyncResult is the answer to a SyncGroup: the member's assignment.
+type SyncResult struct {
+	Err                    *kerr.Error // nil: NONE
+	Assignment             []byte
+	ProtocolType, Protocol string
 }
 
-// NewCoordinator returns a coordinator with its three purgatories.
-func NewCoordinator(cfg GroupConfig) (*Coordinator, error) {
+// New returns a coordinator that parks its waits with waits. It calls no
+// method of waits before it returns, so waits may be the value that holds
+// the coordinator.
+func New(cfg Config, waits Waits) *Coordinator {
 	cfg.setDefaults()
-	opts := func() []purgatory.Option {
-		var o []purgatory.Option
-		if cfg.Logger != nil {
-			o = append(o, purgatory.WithLogger(cfg.Logger))
-		}
-		if cfg.Timer != nil {
-			o = append(o, purgatory.WithTimer(sharedTimer{cfg.Timer}), purgatory.WithoutReaper())
-		}
-		return o
-	}
-	c := &Coordinator{cfg: cfg}
-	var err error
-	if c.join, err = purgatory.New[joinKey, *DelayedJoin]("Rebalance", opts()...); err != nil {
-		return nil, err
-	}
-	if c.sync, err = purgatory.New[syncKey, *DelayedSync]("PendingSync", opts()...); err != nil {
-		_ = c.join.Shutdown(context.Background())
-		return nil, err
-	}
-	if c.heartbeat, err = purgatory.New[memberKey, *DelayedHeartbeat]("Heartbeat", opts()...); err != nil {
-		_ = c.join.Shutdown(context.Background())
-		_ = c.sync.Shutdown(context.Background())
-		return nil, err
-	}
-	return c, nil
+	return &Coordinator{cfg: cfg, waits: waits}
 }
 
 // lookup returns the group id, creating it if create is set. It returns
@@ -269,12 +196,12 @@ func NewCoordinator(cfg GroupConfig) (*Coordinator, error) {
 //
 // A request that finds its group just before Close unloads it finds it
 // Dead once it has the group's lock.
-func (c *Coordinator) lookup(id string, create bool) (*group, *kerr.Error) {
+func (c *Coordinator) lookup(id string, create bool) (*Group, *kerr.Error) {
 	if c.closed.Load() {
 		return nil, kerr.CoordinatorNotAvailable
 	}
 	if v, ok := c.groups.Load(id); ok {
-		return v.(*group), nil
+		return v.(*Group), nil
 	}
 	if !create {
 		return nil, nil
@@ -284,19 +211,19 @@ func (c *Coordinator) lookup(id string, create bool) (*group, *kerr.Error) {
 	if c.closed.Load() {
 		return nil, kerr.CoordinatorNotAvailable
 	}
-	v, _ := c.groups.LoadOrStore(id, &group{id: id, members: make(map[string]*member), pending: make(map[string]*DelayedHeartbeat),
+	v, _ := c.groups.LoadOrStore(id, &Group{id: id, members: make(map[string]*member), pending: make(map[string]Session),
 		awaitingSync: make(map[string]bool), offsets: make(map[tpKey]committedOffset)})
-	return v.(*group), nil
+	return v.(*Group), nil
 }
 
 // all returns every group, in id order.
-func (c *Coordinator) all() []*group {
-	var gs []*group
+func (c *Coordinator) all() []*Group {
+	var gs []*Group
 	c.groups.Range(func(_, v any) bool {
-		gs = append(gs, v.(*group))
+		gs = append(gs, v.(*Group))
 		return true
 	})
-	slices.SortFunc(gs, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(gs, func(a, b *Group) int { return cmp.Compare(a.id, b.id) })
 	return gs
 }
 
@@ -305,15 +232,15 @@ type JoinRequest struct {
 	Group, MemberID      string
 	ClientID, ClientHost string
 	ProtocolType         string
-	Protocols            []groupProtocol
+	Protocols            []Protocol
 	Session, Rebalance   time.Duration
 	RequireKnownMemberID bool // v4+: a new member first gets its id with MEMBER_ID_REQUIRED
 }
 
 // Join handles a JoinGroup (Kafka's handleJoinGroup): reply is called once,
 // at once or when the rebalance completes, possibly under the group's lock.
-func (c *Coordinator) Join(r JoinRequest, reply func(joinResult)) {
-	fail := func(e *kerr.Error) { reply(joinResult{err: e, memberID: r.MemberID, generation: -1}) }
+func (c *Coordinator) Join(r JoinRequest, reply func(JoinResult)) {
+	fail := func(e *kerr.Error) { reply(JoinResult{Err: e, MemberID: r.MemberID, Generation: -1}) }
 	switch {
 	case r.Group == "":
 		fail(kerr.InvalidGroupID)
@@ -350,16 +277,14 @@ func (c *Coordinator) Join(r JoinRequest, reply func(joinResult)) {
 			// that a client whose JoinGroup times out retries as the same
 			// member instead of leaving a stranger in the group. Until it
 			// does, the rebalance waits for it, for a session at most.
-			hb := c.newHeartbeat(g, id, true, r.Session)
-			g.pending[id] = hb
-			c.parkHeartbeat(hb)
-			reply(joinResult{err: kerr.MemberIDRequired, memberID: id, generation: -1})
+			g.pending[id] = c.waits.StartSession(g, id, true, r.Session)
+			reply(JoinResult{Err: kerr.MemberIDRequired, MemberID: id, Generation: -1})
 			return
 		}
 		c.addMemberAndRebalance(g, id, r, reply)
-	} else if hb, ok := g.pending[r.MemberID]; ok {
+	} else if s, ok := g.pending[r.MemberID]; ok {
 		delete(g.pending, r.MemberID)
-		hb.ForceComplete()
+		s.End()
 		c.addMemberAndRebalance(g, r.MemberID, r, reply)
 	} else if m := g.members[r.MemberID]; m == nil {
 		fail(kerr.UnknownMemberID)
@@ -369,13 +294,13 @@ func (c *Coordinator) Join(r JoinRequest, reply func(joinResult)) {
 	}
 	if g.state == groupPreparingRebalance {
 		// Noted now, checked when the lock is released.
-		c.join.CheckAndComplete(joinKey{GroupID: g.id})
+		c.waits.CheckJoin(g)
 	}
 }
 
 // rejoinLocked is a JoinGroup from a current member (Kafka's
 // doCurrentMemberJoinGroup).
-func (c *Coordinator) rejoinLocked(g *group, m *member, r JoinRequest, reply func(joinResult)) {
+func (c *Coordinator) rejoinLocked(g *Group, m *member, r JoinRequest, reply func(JoinResult)) {
 	// A JoinGroup proves the member alive as a heartbeat does. (While it
 	// waits in the rebalance its session's expiry keeps it anyway.)
 	c.touch(g, m)
@@ -399,17 +324,17 @@ func (c *Coordinator) rejoinLocked(g *group, m *member, r JoinRequest, reply fun
 		// A follower with nothing new: tell it the current generation,
 		// so that it syncs again.
 		res := g.joinResultFor(m)
-		res.members = nil
+		res.Members = nil
 		reply(res)
 	default: // Empty or Dead: a member here is a contradiction; make it start over
-		reply(joinResult{err: kerr.UnknownMemberID, memberID: m.id, generation: -1})
+		reply(JoinResult{Err: kerr.UnknownMemberID, MemberID: m.id, Generation: -1})
 	}
 }
 
 // supports says whether a member with these protocols may join: the
 // group's first member sets the protocol type, and every member must
 // share at least one protocol with all the others.
-func (g *group) supports(protocolType string, protocols []groupProtocol) bool {
+func (g *Group) supports(protocolType string, protocols []Protocol) bool {
 	if protocolType == "" || len(protocols) == 0 {
 		return false
 	}
@@ -420,25 +345,25 @@ func (g *group) supports(protocolType string, protocols []groupProtocol) bool {
 		return false
 	}
 	for _, p := range protocols {
-		if g.allSupport(p.name) {
+		if g.allSupport(p.Name) {
 			return true
 		}
 	}
 	return false
 }
 
-func (g *group) allSupport(name string) bool {
+func (g *Group) allSupport(name string) bool {
 	for _, m := range g.members {
-		if !slices.ContainsFunc(m.protocols, func(p groupProtocol) bool { return p.name == name }) {
+		if !slices.ContainsFunc(m.protocols, func(p Protocol) bool { return p.Name == name }) {
 			return false
 		}
 	}
 	return true
 }
 
-func (m *member) sameProtocols(ps []groupProtocol) bool {
-	return slices.EqualFunc(m.protocols, ps, func(a, b groupProtocol) bool {
-		return a.name == b.name && string(a.metadata) == string(b.metadata)
+func (m *member) sameProtocols(ps []Protocol) bool {
+	return slices.EqualFunc(m.protocols, ps, func(a, b Protocol) bool {
+		return a.Name == b.Name && string(a.Metadata) == string(b.Metadata)
 	})
 }
 
@@ -446,12 +371,12 @@ func (m *member) sameProtocols(ps []groupProtocol) bool {
 // protocols every member supports, each member votes for the one it
 // prefers most, and the most votes win. A tie goes to the one the leader
 // prefers, so that the answer does not depend on map order.
-func (g *group) selectProtocol() string {
+func (g *Group) selectProtocol() string {
 	votes := map[string]int{}
 	for _, m := range g.members {
 		for _, p := range m.protocols {
-			if g.allSupport(p.name) {
-				votes[p.name]++
+			if g.allSupport(p.Name) {
+				votes[p.Name]++
 				break
 			}
 		}
@@ -459,8 +384,8 @@ func (g *group) selectProtocol() string {
 	best, bestVotes := "", -1
 	if l := g.members[g.leader]; l != nil {
 		for _, p := range l.protocols {
-			if n, ok := votes[p.name]; ok && n > bestVotes {
-				best, bestVotes = p.name, n
+			if n, ok := votes[p.Name]; ok && n > bestVotes {
+				best, bestVotes = p.Name, n
 			}
 		}
 	}
@@ -468,7 +393,7 @@ func (g *group) selectProtocol() string {
 }
 
 // sortedMembers lists the members in arrival order.
-func (g *group) sortedMembers() []*member {
+func (g *Group) sortedMembers() []*member {
 	ms := make([]*member, 0, len(g.members))
 	for _, m := range g.members {
 		ms = append(ms, m)
@@ -479,25 +404,25 @@ func (g *group) sortedMembers() []*member {
 
 // joinResultFor is m's answer for the current generation; the leader's
 // carries every member's metadata for the chosen protocol.
-func (g *group) joinResultFor(m *member) joinResult {
-	res := joinResult{memberID: m.id, generation: g.generation, protocolType: g.protocolType,
-		protocol: g.protocol, leader: g.leader}
+func (g *Group) joinResultFor(m *member) JoinResult {
+	res := JoinResult{MemberID: m.id, Generation: g.generation, ProtocolType: g.protocolType,
+		Protocol: g.protocol, Leader: g.leader}
 	if m.id == g.leader {
 		for _, o := range g.sortedMembers() {
-			jm := joinedMember{id: o.id}
+			jm := JoinedMember{ID: o.id}
 			for _, p := range o.protocols {
-				if p.name == g.protocol {
-					jm.metadata = p.metadata
+				if p.Name == g.protocol {
+					jm.Metadata = p.Metadata
 					break
 				}
 			}
-			res.members = append(res.members, jm)
+			res.Members = append(res.Members, jm)
 		}
 	}
 	return res
 }
 
-func (g *group) rebalanceTimeout() time.Duration {
+func (g *Group) rebalanceTimeout() time.Duration {
 	var d time.Duration
 	for _, m := range g.members {
 		d = max(d, m.rebalance)
@@ -507,7 +432,7 @@ func (g *group) rebalanceTimeout() time.Duration {
 
 // addMemberAndRebalance adds a new member whose JoinGroup waits for the
 // rebalance, and starts its session.
-func (c *Coordinator) addMemberAndRebalance(g *group, id string, r JoinRequest, reply func(joinResult)) {
+func (c *Coordinator) addMemberAndRebalance(g *Group, id string, r JoinRequest, reply func(JoinResult)) {
 	g.joinSeq++
 	m := &member{id: id, clientID: r.ClientID, clientHost: r.ClientHost, session: r.Session, rebalance: r.Rebalance,
 		protocolType: r.ProtocolType, protocols: r.Protocols, seq: g.joinSeq, joinReply: reply}
@@ -521,34 +446,33 @@ func (c *Coordinator) addMemberAndRebalance(g *group, id string, r JoinRequest, 
 	if g.leader == "" {
 		g.leader = id
 	}
-	m.hb = c.newHeartbeat(g, id, false, m.session)
-	c.parkHeartbeat(m.hb)
+	m.hb = c.waits.StartSession(g, id, false, m.session)
 	c.maybePrepareRebalance(g)
 }
 
-func (c *Coordinator) updateMemberAndRebalance(g *group, m *member, r JoinRequest, reply func(joinResult)) {
+func (c *Coordinator) updateMemberAndRebalance(g *Group, m *member, r JoinRequest, reply func(JoinResult)) {
 	m.protocols, m.session, m.rebalance = r.Protocols, r.Session, r.Rebalance
 	if m.joinReply != nil {
 		// The same member joining twice in one rebalance (its first
 		// JoinGroup timed out on the client's side): the older request
 		// still needs an answer for its connection to move on.
-		m.joinReply(joinResult{err: kerr.RebalanceInProgress, memberID: m.id, generation: -1})
+		m.joinReply(JoinResult{Err: kerr.RebalanceInProgress, MemberID: m.id, Generation: -1})
 	}
 	m.joinReply = reply
 	c.maybePrepareRebalance(g)
 }
 
-func (c *Coordinator) maybePrepareRebalance(g *group) {
+func (c *Coordinator) maybePrepareRebalance(g *Group) {
 	switch g.state {
 	case groupStable, groupCompletingRebalance, groupEmpty:
 		c.prepareRebalance(g)
 	}
 }
 
-// prepareRebalance moves g to PreparingRebalance and parks the DelayedJoin
+// prepareRebalance moves g to PreparingRebalance and parks the wait
 // that completes the rebalance. The caller holds g's lock (the handler's,
 // or the callback's): the park finishes just before it is released.
-func (c *Coordinator) prepareRebalance(g *group) {
+func (c *Coordinator) prepareRebalance(g *Group) {
 	if g.state == groupCompletingRebalance {
 		// Members waiting for their assignment must rejoin instead.
 		for _, m := range g.members {
@@ -556,54 +480,53 @@ func (c *Coordinator) prepareRebalance(g *group) {
 			if m.syncReply != nil {
 				reply := m.syncReply
 				m.syncReply = nil
-				reply(syncResult{err: kerr.RebalanceInProgress})
+				reply(SyncResult{Err: kerr.RebalanceInProgress})
 			}
 		}
 	}
 	clear(g.awaitingSync)
-	var dj *DelayedJoin
-	if g.state == groupEmpty && c.cfg.InitialRebalanceDelay > 0 {
-		delay := c.cfg.InitialRebalanceDelay
-		dj = c.newDelayedJoin(g, delay, true, max(g.rebalanceTimeout()-delay, 0))
-	} else {
-		dj = c.newDelayedJoin(g, g.rebalanceTimeout(), false, 0)
-	}
+	initial := g.state == groupEmpty && c.cfg.InitialRebalanceDelay > 0
 	g.state = groupPreparingRebalance
-	// The generation's DelayedSync has nothing left to wait for.
-	c.sync.CheckAndComplete(syncKey{GroupID: g.id})
-	c.parkJoin(dj)
+	// The generation's sync wait has nothing left to wait for.
+	c.waits.CheckSync(g)
+	if initial {
+		delay := c.cfg.InitialRebalanceDelay
+		c.waits.ParkJoin(g, delay, true, max(g.rebalanceTimeout()-delay, 0))
+	} else {
+		c.waits.ParkJoin(g, g.rebalanceTimeout(), false, 0)
+	}
 }
 
 // removeMemberLocked drops m from g (Kafka's removeMemberAndUpdateGroup):
 // its waiting requests are answered UNKNOWN_MEMBER_ID, its session ends,
 // and the group rebalances without it.
-func (c *Coordinator) removeMemberLocked(g *group, m *member, why removal) {
+func (c *Coordinator) removeMemberLocked(g *Group, m *member, why Removal) {
 	c.dropMemberLocked(g, m, why)
 	switch g.state {
 	case groupStable, groupCompletingRebalance:
 		c.maybePrepareRebalance(g)
 	case groupPreparingRebalance:
-		c.join.CheckAndComplete(joinKey{GroupID: g.id})
+		c.waits.CheckJoin(g)
 	}
 }
 
 // dropMemberLocked takes m out of g without starting a rebalance.
-func (c *Coordinator) dropMemberLocked(g *group, m *member, why removal) {
+func (c *Coordinator) dropMemberLocked(g *Group, m *member, why Removal) {
 	if m.joinReply != nil {
 		reply := m.joinReply
 		m.joinReply = nil
-		reply(joinResult{err: kerr.UnknownMemberID, generation: -1})
+		reply(JoinResult{Err: kerr.UnknownMemberID, Generation: -1})
 	}
 	if m.syncReply != nil {
 		reply := m.syncReply
 		m.syncReply = nil
-		reply(syncResult{err: kerr.UnknownMemberID})
+		reply(SyncResult{Err: kerr.UnknownMemberID})
 	}
 	delete(g.members, m.id)
 	delete(g.awaitingSync, m.id)
-	if hb := m.hb; hb != nil {
+	if s := m.hb; s != nil {
 		m.hb = nil
-		hb.ForceComplete() // under g's lock, which its callbacks expect
+		s.End()
 	}
 	if g.leader == m.id {
 		g.leader = ""
@@ -614,21 +537,22 @@ func (c *Coordinator) dropMemberLocked(g *group, m *member, why removal) {
 	if len(g.members) == 0 {
 		g.protocolType = ""
 	}
-	if c.onRemove != nil {
-		c.onRemove(g, m, why)
+	if c.cfg.OnRemove != nil {
+		c.cfg.OnRemove(g.id, MemberSummary{ID: m.id, ClientID: m.clientID, ClientHost: m.clientHost}, why)
 	}
 }
 
-// completeJoinLocked completes a rebalance (Kafka's onCompleteJoin):
-// members that did not rejoin are dropped, the next generation begins, and
-// every waiting JoinGroup is answered.
-func (c *Coordinator) completeJoinLocked(g *group) {
+// CompleteJoin completes a rebalance (Kafka's onCompleteJoin): members
+// that did not rejoin are dropped, the next generation begins, and every
+// waiting JoinGroup is answered. The rebalance's wait calls it, with g's
+// lock held, when it completes, early or at its timeout.
+func (c *Coordinator) CompleteJoin(g *Group) {
 	if g.state != groupPreparingRebalance {
 		return // Dead: answered by the unload
 	}
 	for _, m := range g.sortedMembers() {
 		if m.joinReply == nil {
-			c.dropMemberLocked(g, m, removedNotRejoined)
+			c.dropMemberLocked(g, m, RemovedNotRejoined)
 		}
 	}
 	g.generation++
@@ -647,70 +571,61 @@ func (c *Coordinator) completeJoinLocked(g *group) {
 		c.touch(g, m)
 		g.awaitingSync[m.id] = true
 	}
-	c.parkSync(c.newDelayedSync(g, g.generation, g.rebalanceTimeout()))
+	c.waits.ParkSync(g, g.generation, g.rebalanceTimeout())
 }
 
 // touch restarts m's session, which a heartbeat, a JoinGroup or a
 // SyncGroup of it proves alive.
-func (c *Coordinator) touch(g *group, m *member) {
-	if m.hb != nil {
-		switch {
-		case !m.hb.tried:
-			// Parked under this lock, and not yet in the purgatory (as
-			// when a member's first JoinGroup completes the rebalance): its
-			// park, finished as the lock is released, gives it a whole
-			// session.
-			return
-		case c.cfg.Repark:
-			// Kafka's way: complete the operation and park a new one.
-			m.hb.ForceComplete()
-		case c.heartbeat.ResetTimeout(m.hb, m.session):
-			return
-		}
+func (c *Coordinator) touch(g *Group, m *member) {
+	if m.hb != nil && m.hb.Touch(m.session) {
+		return
 	}
-	// Its heartbeat expired while it waited in a rebalance (which keeps a
-	// member), or Repark: a new session.
-	m.hb = c.newHeartbeat(g, m.id, false, m.session)
-	c.parkHeartbeat(m.hb)
+	// Its session expired while it waited in a rebalance (which keeps a
+	// member), or Touch ended it to be replaced: a new session.
+	m.hb = c.waits.StartSession(g, m.id, false, m.session)
 }
 
-// onHeartbeatExpired ends a session (Kafka's onExpireHeartbeat). A member
-// waiting in a rebalance is kept: its client cannot heartbeat while its
-// JoinGroup or SyncGroup is parked, and the rebalance's own timeouts bound
-// the wait; its session restarts when it is answered.
-func (c *Coordinator) onHeartbeatExpired(g *group, hb *DelayedHeartbeat) {
+// SessionExpired ends session s of memberID (Kafka's onExpireHeartbeat);
+// pending is as given to StartSession. The session calls it, with g's lock
+// held, when its timeout passes. A member waiting in a rebalance is kept:
+// its client cannot heartbeat while its JoinGroup or SyncGroup is parked,
+// and the rebalance's own timeouts bound the wait; its session restarts
+// when it is answered.
+func (c *Coordinator) SessionExpired(g *Group, memberID string, pending bool, s Session) {
 	if g.state == groupDead {
 		return
 	}
-	if hb.pending {
-		if g.pending[hb.memberID] == hb {
-			delete(g.pending, hb.memberID)
+	if pending {
+		if g.pending[memberID] == s {
+			delete(g.pending, memberID)
 			if g.state == groupPreparingRebalance {
-				c.join.CheckAndComplete(joinKey{GroupID: g.id})
+				c.waits.CheckJoin(g)
 			}
 		}
 		return
 	}
-	m := g.members[hb.memberID]
-	if m == nil || m.hb != hb {
+	m := g.members[memberID]
+	if m == nil || m.hb != s {
 		return
 	}
 	m.hb = nil
 	if m.joinReply != nil || m.syncReply != nil {
 		return
 	}
-	c.removeMemberLocked(g, m, removedSessionExpiry)
+	c.removeMemberLocked(g, m, RemovedSessionExpiry)
 }
 
-// onSyncExpired drops the members of generation that never sent their
+// SyncExpired drops the members of generation that never sent their
 // SyncGroup (Kafka's onExpirePendingSync), and rebalances without them.
-func (c *Coordinator) onSyncExpired(g *group, generation int32) {
+// The generation's sync wait calls it, with g's lock held, when its
+// timeout passes.
+func (c *Coordinator) SyncExpired(g *Group, generation int32) {
 	if g.generation != generation || (g.state != groupCompletingRebalance && g.state != groupStable) {
 		return
 	}
 	for _, m := range g.sortedMembers() {
 		if g.awaitingSync[m.id] {
-			c.removeMemberLocked(g, m, removedNotSynced)
+			c.removeMemberLocked(g, m, RemovedNotSynced)
 		}
 	}
 }
@@ -718,18 +633,18 @@ func (c *Coordinator) onSyncExpired(g *group, generation int32) {
 // Sync handles a SyncGroup (Kafka's handleSyncGroup). protocolType and
 // protocol are nil below v5. reply may be called later, under the lock.
 func (c *Coordinator) Sync(groupID string, generation int32, memberID string, protocolType, protocol *string,
-	assignments map[string][]byte, reply func(syncResult)) {
+	assignments map[string][]byte, reply func(SyncResult)) {
 	if groupID == "" {
-		reply(syncResult{err: kerr.InvalidGroupID})
+		reply(SyncResult{Err: kerr.InvalidGroupID})
 		return
 	}
 	g, e := c.lookup(groupID, false)
 	if e != nil {
-		reply(syncResult{err: e})
+		reply(SyncResult{Err: e})
 		return
 	}
 	if g == nil {
-		reply(syncResult{err: kerr.UnknownMemberID})
+		reply(SyncResult{Err: kerr.UnknownMemberID})
 		return
 	}
 	g.lock.Lock()
@@ -737,28 +652,28 @@ func (c *Coordinator) Sync(groupID string, generation int32, memberID string, pr
 	m := g.members[memberID]
 	switch {
 	case g.state == groupDead:
-		reply(syncResult{err: kerr.CoordinatorNotAvailable})
+		reply(SyncResult{Err: kerr.CoordinatorNotAvailable})
 		return
 	case m == nil:
-		reply(syncResult{err: kerr.UnknownMemberID})
+		reply(SyncResult{Err: kerr.UnknownMemberID})
 		return
 	case generation != g.generation:
-		reply(syncResult{err: kerr.IllegalGeneration})
+		reply(SyncResult{Err: kerr.IllegalGeneration})
 		return
 	case protocolType != nil && *protocolType != g.protocolType, protocol != nil && *protocol != g.protocol:
-		reply(syncResult{err: kerr.InconsistentGroupProtocol})
+		reply(SyncResult{Err: kerr.InconsistentGroupProtocol})
 		return
 	}
 	switch g.state {
 	case groupPreparingRebalance:
-		reply(syncResult{err: kerr.RebalanceInProgress})
+		reply(SyncResult{Err: kerr.RebalanceInProgress})
 	case groupCompletingRebalance:
 		if m.syncReply != nil { // a second SyncGroup while the first waits
-			m.syncReply(syncResult{err: kerr.RebalanceInProgress})
+			m.syncReply(SyncResult{Err: kerr.RebalanceInProgress})
 		}
 		m.syncReply = reply
 		delete(g.awaitingSync, m.id)
-		c.sync.CheckAndComplete(syncKey{GroupID: g.id})
+		c.waits.CheckSync(g)
 		if m.id == g.leader {
 			for _, o := range g.members {
 				o.assignment = assignments[o.id] // a member the leader left out gets nothing
@@ -768,18 +683,18 @@ func (c *Coordinator) Sync(groupID string, generation int32, memberID string, pr
 				if o.syncReply != nil {
 					r := o.syncReply
 					o.syncReply = nil
-					r(syncResult{assignment: o.assignment, protocolType: g.protocolType, protocol: g.protocol})
+					r(SyncResult{Assignment: o.assignment, ProtocolType: g.protocolType, Protocol: g.protocol})
 					c.touch(g, o)
 				}
 			}
 		}
 	case groupStable:
 		delete(g.awaitingSync, m.id)
-		c.sync.CheckAndComplete(syncKey{GroupID: g.id})
-		reply(syncResult{assignment: m.assignment, protocolType: g.protocolType, protocol: g.protocol})
+		c.waits.CheckSync(g)
+		reply(SyncResult{Assignment: m.assignment, ProtocolType: g.protocolType, Protocol: g.protocol})
 		c.touch(g, m)
 	default: // Empty: no members, so not reached
-		reply(syncResult{err: kerr.UnknownMemberID})
+		reply(SyncResult{Err: kerr.UnknownMemberID})
 	}
 }
 
@@ -843,11 +758,11 @@ func (c *Coordinator) Leave(groupID string, memberIDs []string) (*kerr.Error, []
 		return kerr.CoordinatorNotAvailable, errs
 	}
 	for i, id := range memberIDs {
-		if hb, ok := g.pending[id]; ok {
+		if s, ok := g.pending[id]; ok {
 			delete(g.pending, id)
-			hb.ForceComplete()
+			s.End()
 			if g.state == groupPreparingRebalance {
-				c.join.CheckAndComplete(joinKey{GroupID: g.id})
+				c.waits.CheckJoin(g)
 			}
 			continue
 		}
@@ -856,7 +771,7 @@ func (c *Coordinator) Leave(groupID string, memberIDs []string) (*kerr.Error, []
 			errs[i] = kerr.UnknownMemberID
 			continue
 		}
-		c.removeMemberLocked(g, m, removedLeft)
+		c.removeMemberLocked(g, m, RemovedLeft)
 	}
 	return nil, errs
 }
@@ -875,8 +790,9 @@ const maxOffsetMetadata = 4096
 // CommitOffsets stores a group's offsets (Kafka's handleCommitOffsets):
 // one error per partition. A generation below zero commits for a group
 // that does not use the coordinator for membership (a consumer assigning
-// its own partitions), allowed while the group has no members.
-func (c *Coordinator) CommitOffsets(b *Broker, groupID string, generation int32, memberID string, commits []OffsetCommit) []*kerr.Error {
+// its own partitions), allowed while the group has no members. known says
+// whether the broker has a partition.
+func (c *Coordinator) CommitOffsets(known func(tpKey) bool, groupID string, generation int32, memberID string, commits []OffsetCommit) []*kerr.Error {
 	errs := make([]*kerr.Error, len(commits))
 	all := func(e *kerr.Error) []*kerr.Error {
 		for i := range errs {
@@ -911,7 +827,7 @@ func (c *Coordinator) CommitOffsets(b *Broker, groupID string, generation int32,
 	}
 	for i, oc := range commits {
 		switch {
-		case b.partitions[oc.TP] == nil:
+		case !known(oc.TP):
 			errs[i] = kerr.UnknownTopicOrPartition
 		case oc.Metadata != nil && len(*oc.Metadata) > maxOffsetMetadata:
 			errs[i] = kerr.OffsetMetadataTooLarge
@@ -1014,8 +930,8 @@ func (c *Coordinator) DescribeGroup(id string) (s GroupSummary, ok bool, e *kerr
 		ms := MemberSummary{ID: m.id, ClientID: m.clientID, ClientHost: m.clientHost}
 		if stable {
 			for _, p := range m.protocols {
-				if p.name == g.protocol {
-					ms.Metadata = p.metadata
+				if p.Name == g.protocol {
+					ms.Metadata = p.Metadata
 				}
 			}
 			ms.Assignment = m.assignment
@@ -1025,18 +941,14 @@ func (c *Coordinator) DescribeGroup(id string) (s GroupSummary, ok bool, e *kerr
 	return s, true, nil
 }
 
-// GroupStats are the coordinator's figures for the status line.
-type GroupStats struct {
+// Stats are the coordinator's figures for the status line.
+type Stats struct {
 	Groups, Members int
-	// Join, Sync and Heartbeat are the three purgatories' counters:
-	// rebalances in progress, generations waiting for SyncGroups, and
-	// sessions (one parked per member).
-	Join, Sync, Heartbeat purgatory.Stats
 }
 
-// Stats counts the groups and their members, and reads the purgatories.
-func (c *Coordinator) Stats() GroupStats {
-	st := GroupStats{Join: c.join.Stats(), Sync: c.sync.Stats(), Heartbeat: c.heartbeat.Stats()}
+// Stats counts the groups and their members.
+func (c *Coordinator) Stats() Stats {
+	var st Stats
 	for _, g := range c.all() {
 		g.lock.Lock()
 		st.Groups++
@@ -1048,9 +960,9 @@ func (c *Coordinator) Stats() GroupStats {
 
 // Close unloads every group, as Kafka does when the broker gives up its
 // coordinator role: each group's parked requests are answered now, with
-// NOT_COORDINATOR, by CompleteForKey on the group's keys, rather than left
-// to their timeouts, and requests from then on get COORDINATOR_NOT_AVAILABLE.
-// Then it shuts the purgatories down.
+// NOT_COORDINATOR (Waits.Unload), rather than left to their timeouts, and
+// requests from then on get COORDINATOR_NOT_AVAILABLE. Then it shuts the
+// waits down.
 func (c *Coordinator) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -1062,31 +974,36 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	for _, g := range c.all() {
 		c.unload(g)
 	}
-	return errors.Join(c.join.Shutdown(ctx), c.sync.Shutdown(ctx), c.heartbeat.Shutdown(ctx))
+	return c.waits.Shutdown(ctx)
 }
 
-// unload marks g Dead and completes its operations with errGroupUnloaded:
-// the DelayedJoin answers the parked JoinGroups, the DelayedSync the
-// parked SyncGroups, and the heartbeats just end. CompleteForKey takes no
-// lock, so it runs here under g's, which the callbacks expect to hold.
-func (c *Coordinator) unload(g *group) {
+// unload marks g Dead and ends its waits with Waits.Unload: the
+// rebalance's wait answers the parked JoinGroups, the sync wait the parked
+// SyncGroups, and the sessions just end.
+func (c *Coordinator) unload(g *Group) {
 	g.lock.Lock()
 	defer g.lock.Unlock()
 	g.state = groupDead
-	c.join.CompleteForKey(joinKey{GroupID: g.id}, errGroupUnloaded)
-	c.sync.CompleteForKey(syncKey{GroupID: g.id}, errGroupUnloaded)
+	ids := make([]string, 0, len(g.pending)+len(g.members))
 	for id := range g.pending {
-		c.heartbeat.CompleteForKey(memberKey{GroupID: g.id, MemberID: id}, errGroupUnloaded)
+		ids = append(ids, id)
 	}
 	for id, m := range g.members {
-		c.heartbeat.CompleteForKey(memberKey{GroupID: g.id, MemberID: id}, errGroupUnloaded)
+		ids = append(ids, id)
 		m.hb = nil
 	}
+	c.waits.Unload(g, ids)
 	clear(g.pending)
-	// Every parked request was on one of those operations: a JoinGroup
-	// only waits in PreparingRebalance, with its DelayedJoin parked, and a
-	// SyncGroup only in CompletingRebalance, with its DelayedSync. This
+	// Every parked request was on one of those waits: a JoinGroup only
+	// waits in PreparingRebalance, with the rebalance's wait parked, and a
+	// SyncGroup only in CompletingRebalance, with the sync wait. This
 	// sweep answers what a broken invariant would leave hanging.
+	g.AnswerUnloaded()
+}
+
+// AnswerUnloaded answers every waiting JoinGroup and SyncGroup of g with
+// NOT_COORDINATOR: the group moved away. The caller holds g's lock.
+func (g *Group) AnswerUnloaded() {
 	for _, m := range g.members {
 		answerUnloaded(m)
 	}
@@ -1097,11 +1014,11 @@ func answerUnloaded(m *member) {
 	if m.joinReply != nil {
 		r := m.joinReply
 		m.joinReply = nil
-		r(joinResult{err: kerr.NotCoordinator, memberID: m.id, generation: -1})
+		r(JoinResult{Err: kerr.NotCoordinator, MemberID: m.id, Generation: -1})
 	}
 	if m.syncReply != nil {
 		r := m.syncReply
 		m.syncReply = nil
-		r(syncResult{err: kerr.NotCoordinator})
+		r(SyncResult{Err: kerr.NotCoordinator})
 	}
 }

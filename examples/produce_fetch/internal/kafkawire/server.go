@@ -1,4 +1,4 @@
-package main
+package kafkawire
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,27 +18,59 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/groups"
+	"github.com/purgatory-go/purgatory/operation"
 )
 
-// The broker over Kafka's wire protocol: enough of it for a Kafka client's
-// default settings to produce and to consume without a consumer group.
-// kmsg encodes and decodes every request and response; this file frames
-// them, keeps each connection's answers in order, and turns Produce and
-// Fetch into the broker's ProduceFunc and FetchFunc, which park them in the
-// purgatories exactly as the HTTP front end does.
+type tpKey = operation.TopicPartitionKey
 
-// kafkaAPIs are the requests served and the versions of each. A client
-// picks the highest version both sides know, so only versions whose every
-// field this file handles are listed.
-var kafkaAPIs = []kmsg.ApiVersionsResponseApiKey{
+// Broker is what the server serves. Produce, Fetch and DeleteRecords
+// answer through answer, at once or once the request completes in the
+// broker's purgatories; answer may be called on another goroutine, and
+// must be called exactly once (a Produce with acks 0 is answered into the
+// void).
+type Broker interface {
+	Produce(req *kmsg.ProduceRequest, answer func(kmsg.Response))
+	Fetch(req *kmsg.FetchRequest, answer func(kmsg.Response))
+	DeleteRecords(req *kmsg.DeleteRecordsRequest, answer func(kmsg.Response))
+	// Topics lists the topics, in order.
+	Topics() []string
+	// TopicPartitions describes topic's partitions, in order; nil if there
+	// is no such topic.
+	TopicPartitions(topic string) []PartitionState
+	// Partition describes tp; false if there is no such partition.
+	Partition(tp tpKey) (PartitionState, bool)
+	// OffsetForTimestamp is the first offset of the first batch with a
+	// timestamp at or after ts, and that timestamp; -1, -1 if none.
+	OffsetForTimestamp(tp tpKey, ts int64) (offset, timestamp int64)
+	// Groups is the group coordinator.
+	Groups() *groups.Coordinator
+}
+
+// PartitionState is what Metadata and ListOffsets tell of a partition.
+type PartitionState struct {
+	Partition     int32
+	Leader        bool  // false once leadership moved away
+	LogStart      int64 // the earliest offset a consumer may read from
+	HighWatermark int64 // the latest offset a consumer may read from
+	// Replicas and ISR are follower ids (1..n): every follower, and the
+	// in-sync ones. The leader, broker 0, is added to both.
+	Replicas, ISR []int32
+}
+
+// apis are the requests served and the versions of each. A client picks
+// the highest version both sides know, so only versions whose every field
+// this package (or the Broker, for Produce and Fetch) handles are listed.
+var apis = []kmsg.ApiVersionsResponseApiKey{
 	// Produce from v0, though v0-2 carry the old message sets: librdkafka
 	// before 2.11.1 compresses with gzip, snappy or lz4 only if Produce v0
-	// is advertised (see upConvertMessageSet in log.go).
+	// is advertised (see partlog.UpConvertMessageSet).
 	{ApiKey: 0, MinVersion: 0, MaxVersion: 11},
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch: v4 adds isolation levels; v13 names topics by ID
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets: v7 adds max-timestamp lookups
 	{ApiKey: 3, MinVersion: 1, MaxVersion: 9},  // Metadata: v10 adds topic IDs
-	// The group coordinator (groups.go), from v0 as librdkafka's
+	// The group coordinator (internal/groups), from v0 as librdkafka's
 	// feature check wants for its balanced consumer; the newest versions
 	// are those of KIP-848's protocol, or name topics by ID.
 	{ApiKey: 8, MinVersion: 0, MaxVersion: 8},  // OffsetCommit: v9 is KIP-848's, v10 names topics by ID
@@ -50,11 +83,16 @@ var kafkaAPIs = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 15, MinVersion: 0, MaxVersion: 6}, // DescribeGroups
 	{ApiKey: 16, MinVersion: 0, MaxVersion: 5}, // ListGroups
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
+	{ApiKey: 21, MinVersion: 0, MaxVersion: 2}, // DeleteRecords: parked until every replica has deleted
 	{ApiKey: 22, MinVersion: 0, MaxVersion: 4}, // InitProducerId: idempotent producers (franz-go's default)
 }
 
+// APIs returns the requests served, with their versions, as ApiVersions
+// lists them.
+func APIs() []kmsg.ApiVersionsResponseApiKey { return slices.Clone(apis) }
+
 func supportedVersion(key, version int16) bool {
-	for _, a := range kafkaAPIs {
+	for _, a := range apis {
 		if a.ApiKey == key {
 			return version >= a.MinVersion && version <= a.MaxVersion
 		}
@@ -62,9 +100,9 @@ func supportedVersion(key, version int16) bool {
 	return false
 }
 
-// KafkaConfig configures the Kafka front end. Zero fields take the default
+// Config configures the server. Zero fields take the default
 // in brackets, Kafka's own where it has one.
-type KafkaConfig struct {
+type Config struct {
 	// MaxRequestBytes is the largest request accepted; a client announcing
 	// a larger one is disconnected [100 MiB, socket.request.max.bytes].
 	MaxRequestBytes int
@@ -86,7 +124,7 @@ type KafkaConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *KafkaConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = 100 << 20
 	}
@@ -106,12 +144,12 @@ func (c *KafkaConfig) setDefaults() {
 	}
 }
 
-// KafkaServer serves a Broker to Kafka clients. Create it with
-// NewKafkaServer, run Serve, and stop it with Quiesce, then the broker's
-// Close, then Wait (ServeAll in serve.go does that).
-type KafkaServer struct {
-	b   *Broker
-	cfg KafkaConfig
+// Server serves a Broker to Kafka clients. Create it with NewServer, run
+// Serve, and stop it with Quiesce, then the broker's Close, then Wait (the
+// broker's ServeAll does that).
+type Server struct {
+	b   Broker
+	cfg Config
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -125,29 +163,29 @@ type KafkaServer struct {
 	open, accepted, requests, rejected atomic.Int64
 }
 
-// KafkaStats counts connections and requests.
-type KafkaStats struct {
+// Stats counts connections and requests.
+type Stats struct {
 	Open, Accepted int64 // connections
 	Requests       int64 // requests read and answered or being answered
 	Rejected       int64 // connections closed for a bad frame or request
 }
 
-// NewKafkaServer returns a server for b.
-func NewKafkaServer(b *Broker, cfg KafkaConfig) *KafkaServer {
+// NewServer returns a server for b.
+func NewServer(b Broker, cfg Config) *Server {
 	cfg.setDefaults()
-	s := &KafkaServer{b: b, cfg: cfg, conns: make(map[*kconn]struct{})}
+	s := &Server{b: b, cfg: cfg, conns: make(map[*kconn]struct{})}
 	s.producerID.Store(1000)
 	return s
 }
 
 // Stats returns the server's counters.
-func (s *KafkaServer) Stats() KafkaStats {
-	return KafkaStats{Open: s.open.Load(), Accepted: s.accepted.Load(), Requests: s.requests.Load(), Rejected: s.rejected.Load()}
+func (s *Server) Stats() Stats {
+	return Stats{Open: s.open.Load(), Accepted: s.accepted.Load(), Requests: s.requests.Load(), Rejected: s.rejected.Load()}
 }
 
 // Serve accepts connections on ln until Quiesce. It returns nil after
 // Quiesce, or the error that stopped it.
-func (s *KafkaServer) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.quiescing {
 		s.mu.Unlock()
@@ -188,7 +226,7 @@ func (s *KafkaServer) Serve(ln net.Listener) error {
 	}
 }
 
-func (s *KafkaServer) isQuiescing() bool {
+func (s *Server) isQuiescing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.quiescing
@@ -197,7 +235,7 @@ func (s *KafkaServer) isQuiescing() bool {
 // Quiesce stops accepting connections and reading requests. Requests
 // already read are still answered: close the broker next, which answers
 // the parked ones, then Wait for the answers to be written.
-func (s *KafkaServer) Quiesce() {
+func (s *Server) Quiesce() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.quiescing {
@@ -217,7 +255,7 @@ func (s *KafkaServer) Quiesce() {
 // Wait waits until every connection has written its answers and closed.
 // If ctx ends first, it closes the connections that are left, waits for
 // their goroutines, and returns ctx.Err().
-func (s *KafkaServer) Wait(ctx context.Context) error {
+func (s *Server) Wait(ctx context.Context) error {
 	s.Quiesce()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -240,7 +278,7 @@ func (s *KafkaServer) Wait(ctx context.Context) error {
 // promises that), each once it is ready: a parked fetch holds back the
 // answers behind it, as in Kafka.
 type kconn struct {
-	s          *KafkaServer
+	s          *Server
 	nc         net.Conn
 	queue      chan *inflight // reader to writer, in request order
 	writerDone chan struct{}  // closed when the writer returns
@@ -343,7 +381,7 @@ func (c *kconn) handle(frame []byte) (err error) {
 		resp := kmsg.NewPtrApiVersionsResponse()
 		resp.SetVersion(0)
 		resp.ErrorCode = kerr.UnsupportedVersion.Code
-		resp.ApiKeys = kafkaAPIs
+		resp.ApiKeys = apis
 		return c.enqueue(&inflight{corr: corr, key: key, ready: closedChan, resp: resp})
 	}
 	if !supportedVersion(key, version) {
@@ -370,7 +408,7 @@ func (c *kconn) handle(frame []byte) (err error) {
 	c.s.requests.Add(1)
 	if p, ok := kreq.(*kmsg.ProduceRequest); ok && p.Acks == 0 {
 		// acks=0: the client expects no answer at all.
-		c.s.produce(p, func(kmsg.Response) {})
+		c.s.b.Produce(p, func(kmsg.Response) {})
 		return nil
 	}
 	in := &inflight{corr: corr, key: key, ready: make(chan struct{})}
@@ -440,12 +478,13 @@ func appendResponse(dst []byte, in *inflight) []byte {
 }
 
 // dispatch answers a request through answer, at once or, for Produce with
-// acks=all, Fetch, JoinGroup and SyncGroup, once a purgatory completes it.
-func (s *KafkaServer) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Response)) {
+// acks=all, Fetch, DeleteRecords, JoinGroup and SyncGroup, once a
+// purgatory completes it.
+func (s *Server) dispatch(kreq kmsg.Request, rc reqContext, answer func(kmsg.Response)) {
 	switch req := kreq.(type) {
 	case *kmsg.ApiVersionsRequest:
 		resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
-		resp.ApiKeys = kafkaAPIs
+		resp.ApiKeys = apis
 		answer(resp)
 	case *kmsg.MetadataRequest:
 		answer(s.metadata(req))
@@ -454,9 +493,11 @@ func (s *KafkaServer) dispatch(kreq kmsg.Request, rc reqContext, answer func(kms
 	case *kmsg.ListOffsetsRequest:
 		answer(s.listOffsets(req))
 	case *kmsg.ProduceRequest:
-		s.produce(req, answer)
+		s.b.Produce(req, answer)
 	case *kmsg.FetchRequest:
-		s.fetch(req, answer)
+		s.b.Fetch(req, answer)
+	case *kmsg.DeleteRecordsRequest:
+		s.b.DeleteRecords(req, answer)
 	case *kmsg.FindCoordinatorRequest:
 		answer(s.findCoordinator(req))
 	case *kmsg.JoinGroupRequest:
@@ -475,125 +516,15 @@ func (s *KafkaServer) dispatch(kreq kmsg.Request, rc reqContext, answer func(kms
 		answer(s.listGroups(req))
 	case *kmsg.DescribeGroupsRequest:
 		answer(s.describeGroups(req))
-	default: // not reached: handle admits only the keys in kafkaAPIs
+	default: // not reached: handle admits only the keys in apis
 		panic(fmt.Sprintf("no handler for %s", kmsg.NameForKey(kreq.Key())))
 	}
 }
 
-// produce turns a Produce request into ProduceFunc and its answer back.
-func (s *KafkaServer) produce(req *kmsg.ProduceRequest, answer func(kmsg.Response)) {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	pr := ProduceRequest{Acks: int(req.Acks), Timeout: time.Duration(max(req.TimeoutMillis, 0)) * time.Millisecond}
-	slots := map[tpKey]*kmsg.ProduceResponseTopicPartition{}
-	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
-	for i, t := range req.Topics {
-		rt := &resp.Topics[i]
-		*rt = kmsg.NewProduceResponseTopic()
-		rt.Topic = t.Topic
-		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
-		for j, p := range t.Partitions {
-			rp := &rt.Partitions[j]
-			*rp = kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.BaseOffset = -1
-			tp := tpKey{Topic: t.Topic, Partition: p.Partition}
-			if slots[tp] != nil {
-				rp.ErrorCode = kerr.InvalidRequest.Code
-				msg := "partition named twice in one request"
-				rp.ErrorMessage = &msg
-				continue
-			}
-			slots[tp] = rp
-			batch := p.Records
-			if req.Version < 3 {
-				// A message set of the old formats: stored as a v2 batch.
-				var e *kerr.Error
-				var msg string
-				if batch, _, e, msg = upConvertMessageSet(p.Records); e != nil {
-					rp.ErrorCode = e.Code
-					rp.ErrorMessage = &msg
-					continue
-				}
-			}
-			pr.Partitions = append(pr.Partitions, ProducePartition{TP: tp, Batch: batch})
-		}
-	}
-	s.b.ProduceFunc(pr, func(r ProduceResponse) {
-		for _, p := range r.Partitions {
-			rp := slots[p.TP]
-			if p.Err != nil {
-				rp.ErrorCode = p.Err.Code
-			}
-			if p.Message != "" {
-				msg := p.Message
-				rp.ErrorMessage = &msg
-			}
-			rp.BaseOffset = p.BaseOffset
-			rp.LogAppendTime = -1 // the producer's timestamps are kept (CreateTime)
-			rp.LogStartOffset = 0
-		}
-		answer(resp)
-	})
-}
-
-// fetch turns a Fetch request into FetchFunc and its answer back. Fetch
-// sessions (KIP-227) are not kept: every answer says session 0, which tells
-// the client to send full requests, and an incremental one is refused.
-func (s *KafkaServer) fetch(req *kmsg.FetchRequest, answer func(kmsg.Response)) {
-	resp := req.ResponseKind().(*kmsg.FetchResponse)
-	if req.SessionID != 0 || req.SessionEpoch > 0 {
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
-		answer(resp)
-		return
-	}
-	fr := FetchRequest{MinBytes: int64(req.MinBytes), MaxBytes: int64(req.MaxBytes),
-		MaxWait:   time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond,
-		Committed: req.ReplicaID < 0} // consumers read below the high watermark
-	slots := map[tpKey]*kmsg.FetchResponseTopicPartition{}
-	resp.Topics = make([]kmsg.FetchResponseTopic, len(req.Topics))
-	for i, t := range req.Topics {
-		rt := &resp.Topics[i]
-		*rt = kmsg.NewFetchResponseTopic()
-		rt.Topic = t.Topic
-		rt.Partitions = make([]kmsg.FetchResponseTopicPartition, len(t.Partitions))
-		for j, p := range t.Partitions {
-			rp := &rt.Partitions[j]
-			*rp = kmsg.NewFetchResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
-			// Empty, not null: librdkafka cannot parse a null record set.
-			rp.RecordBatches = []byte{}
-			tp := tpKey{Topic: t.Topic, Partition: p.Partition}
-			if slots[tp] != nil {
-				rp.ErrorCode = kerr.InvalidRequest.Code
-				continue
-			}
-			slots[tp] = rp
-			fr.Partitions = append(fr.Partitions, FetchPartitionRequest{TP: tp, Offset: p.FetchOffset, MaxBytes: int64(p.PartitionMaxBytes)})
-		}
-	}
-	s.b.FetchFunc(fr, func(r FetchResponse) {
-		for _, p := range r.Partitions {
-			rp := slots[p.TP]
-			if p.Err != nil {
-				rp.ErrorCode = p.Err.Code
-				continue
-			}
-			rp.HighWatermark = p.HighWatermark
-			rp.LastStableOffset = p.HighWatermark // no transactions: nothing is unstable
-			rp.LogStartOffset = 0
-			for _, b := range p.Batches {
-				rp.RecordBatches = append(rp.RecordBatches, b...)
-			}
-		}
-		answer(resp)
-	})
-}
-
-// listOffsets answers where a consumer may start: the earliest offset (0:
-// nothing is deleted), the latest a consumer can read (the high watermark),
-// or the first batch at or after a timestamp.
-func (s *KafkaServer) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
+// listOffsets answers where a consumer may start: the earliest offset (the
+// log start offset, which DeleteRecords moves), the latest a consumer can
+// read (the high watermark), or the first batch at or after a timestamp.
+func (s *Server) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 	for _, t := range req.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
@@ -602,18 +533,19 @@ func (s *KafkaServer) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.Offset, rp.Timestamp = -1, -1
-			part := s.b.partitions[tpKey{Topic: t.Topic, Partition: p.Partition}]
+			tp := tpKey{Topic: t.Topic, Partition: p.Partition}
+			part, ok := s.b.Partition(tp)
 			switch {
-			case part == nil:
-				rp.ErrorCode = errUnknownPartition.Code
-			case !part.state().leader:
-				rp.ErrorCode = errNotLeader.Code
+			case !ok:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case !part.Leader:
+				rp.ErrorCode = kerr.NotLeaderForPartition.Code
 			case p.Timestamp == -1: // latest
-				rp.Offset = part.state().hw
-			case p.Timestamp == -2: // earliest
-				rp.Offset = 0
+				rp.Offset = part.HighWatermark
+			case p.Timestamp == -2: // earliest: the log start offset
+				rp.Offset = part.LogStart
 			case p.Timestamp >= 0:
-				rp.Offset, rp.Timestamp = part.offsetForTimestamp(p.Timestamp)
+				rp.Offset, rp.Timestamp = s.b.OffsetForTimestamp(tp, p.Timestamp)
 			default:
 				rp.ErrorCode = kerr.InvalidRequest.Code
 			}
@@ -629,7 +561,7 @@ func (s *KafkaServer) listOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 // partition. Its followers are in-process goroutines, not brokers, but
 // they are listed as replicas 1..n, and the in-sync ones in the ISR, so that
 // a client (kcat -L) shows the ISR shrink and grow.
-func (s *KafkaServer) metadata(req *kmsg.MetadataRequest) kmsg.Response {
+func (s *Server) metadata(req *kmsg.MetadataRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 	host, port := s.advertised()
 	br := kmsg.NewMetadataResponseBroker()
@@ -650,21 +582,20 @@ func (s *KafkaServer) metadata(req *kmsg.MetadataRequest) kmsg.Response {
 	for _, name := range names {
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = kmsg.StringPtr(name)
-		parts := s.b.topics[name]
+		parts := s.b.TopicPartitions(name)
 		if parts == nil {
-			mt.ErrorCode = errUnknownPartition.Code
+			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
 		}
-		for _, p := range parts {
-			st := p.state()
+		for _, st := range parts {
 			mp := kmsg.NewMetadataResponseTopicPartition()
-			mp.Partition = p.key.Partition
+			mp.Partition = st.Partition
 			mp.Leader, mp.LeaderEpoch = 0, 0
-			if !st.leader {
+			if !st.Leader {
 				mp.Leader = -1
 				mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			}
-			mp.Replicas = append([]int32{0}, st.all...)
-			mp.ISR = append([]int32{0}, st.isr...)
+			mp.Replicas = append([]int32{0}, st.Replicas...)
+			mp.ISR = append([]int32{0}, st.ISR...)
 			mt.Partitions = append(mt.Partitions, mp)
 		}
 		resp.Topics = append(resp.Topics, mt)
@@ -672,7 +603,7 @@ func (s *KafkaServer) metadata(req *kmsg.MetadataRequest) kmsg.Response {
 	return resp
 }
 
-func (s *KafkaServer) advertised() (string, int32) {
+func (s *Server) advertised() (string, int32) {
 	addr := s.cfg.Advertise
 	if addr == "" {
 		s.mu.Lock()
@@ -692,7 +623,7 @@ func (s *KafkaServer) advertised() (string, int32) {
 // initProducerID hands out producer IDs for idempotent producers. Their
 // sequence numbers are stored with the batches but not checked: a retried
 // batch is written twice. Transactions are not supported.
-func (s *KafkaServer) initProducerID(req *kmsg.InitProducerIDRequest) kmsg.Response {
+func (s *Server) initProducerID(req *kmsg.InitProducerIDRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	switch {
 	case req.TransactionalID != nil:
