@@ -45,7 +45,8 @@
 // Add while holding a lock that the task's Run takes; package purgatory adds
 // each timeout under the operation's lock, which the expiry takes. Kafka's
 // SystemTimer and MockTimer run such a task inside add; a MockTimer here
-// runs it at the next Advance, Advance(0) included.
+// runs it at the next Advance, Advance(0) included (or, if a task's Run
+// added it during an Advance, later in that Advance).
 //
 // Every [Timer] reports the clock its deadlines are measured on with Now; a
 // [Reaper] forwards its timer's. A Timer implemented outside this package
