@@ -52,6 +52,9 @@
 //     ErrExpired, ErrShutdown, or the cause of the context given to
 //     WithContext.
 //
+// ForceComplete of an operation whose Init was never called panics: there
+// is no OnComplete to run.
+//
 // Only these methods of an operation are consulted: a method of its own
 // named Run, say, does not affect its timeout, whose timer entry is internal
 // to the library.

@@ -70,13 +70,29 @@
 // whoever unlocks it. ResetTimeout and CompleteForKey take no lock of the
 // operation's, and may be called from anywhere.
 //
+// # Timeouts
+//
+// The last step of a park, still under the operation's lock, adds its
+// timeout to the timer, and only then does the operation count in
+// NumDelayed. No timer.Timer runs a task inside Add: a timeout that is due
+// already runs on whatever advances the timer (the reaper, AdvanceClock, a
+// timer.MockTimer's Advance), and the expiry waits for the operation's
+// lock, so it never comes between the steps of a park. A test that waits
+// for NumDelayed() == n and then advances a MockTimer past the timeout
+// therefore expires all n. The purgatory reads its clock through the
+// timer's Now, whatever the timer, and inside a testing/synctest bubble a
+// purgatory made with default options runs on the bubble's fake time.
+//
 // # Lock order
 //
 //  1. an operation's lock (its own mutex or a shared operation.SharedLock);
 //  2. a watcher shard's lock;
-//  3. the timer's locks: its striped reader/writer lock, then a bucket's.
+//  3. the timer's locks: its striped reader/writer lock, then a task's
+//     add-lock, then a bucket's.
 //
-// No user callback runs under a shard or timer lock. Callers must not call
+// A park holds 1 while it adds the timeout (3); the expiry, run by whoever
+// advances the timer, takes 1 holding none of 3. No user callback runs
+// under a shard or timer lock. Callers must not call
 // CheckAndComplete while holding a lock that some TryComplete takes (a
 // SharedLock excepted): the check would have to leave a note for a holder
 // that is waiting on the caller. CancelForKey and Shutdown wait for
@@ -100,7 +116,7 @@
 //
 // # Memory
 //
-// A parked operation costs about 121 bytes beyond its own fields, watched on
+// A parked operation costs about 137 bytes beyond its own fields, watched on
 // three keys (Kafka's: about 232). Watch lists hold a small handle instead of
 // the operation; completing or cancelling the operation clears the handle,
 // so it is released from every key at once (Kafka leaves it on its other keys
@@ -117,12 +133,8 @@
 //
 // A purgatory runs one goroutine, the reaper: it advances the timer, runs
 // expired operations' OnComplete and OnExpiration (one at a time, so keep
-// them short), and purges. WithoutReaper runs none. With its own timer on
-// the system clock, the reaper also adds timeouts of 800 ms or more to the
-// timer 100-200 ms after their park, with the park's deadline, and only for
-// operations still pending then: most complete first, and never enter the
-// timer (docs/purgatory.md, "Long timeouts wait before they enter the
-// timer").
+// them short), and purges. WithoutReaper runs none: the caller advances
+// the timer with AdvanceClock.
 //
 // # Shutdown
 //

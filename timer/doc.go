@@ -18,7 +18,7 @@
 //
 //	func (e *expiry) Run() { e.req.Fail(ErrTimeout) }
 //
-//	st, err := timer.NewSystemTimer("requests")  // tick 1ms, 20 buckets a level
+//	st, err := timer.NewSystemTimer("requests")  // tick 1ms, wheel size 20
 //	r := timer.NewReaper("requests", st)         // the goroutine that advances it
 //	defer r.Close()
 //
@@ -35,6 +35,25 @@
 //     other expired tasks share);
 //  3. advance the timer: wrap it in a [Reaper], or call AdvanceClock in a loop;
 //  4. Close it, which stops the executor and reaper goroutines.
+//
+// # Add never runs a task
+//
+// Add files a task and returns. A task that is due already (a delay of zero
+// or less, or a deadline inside the current tick) goes into the bucket of
+// the current tick, which is due at once, and runs on whatever advances the
+// timer: AdvanceClock, a [Reaper], a [MockTimer]'s Advance. So a caller may
+// Add while holding a lock that the task's Run takes; package purgatory adds
+// each timeout under the operation's lock, which the expiry takes. Kafka's
+// SystemTimer and MockTimer run such a task inside add; a MockTimer here
+// runs it at the next Advance, Advance(0) included (or, if a task's Run
+// added it during an Advance, later in that Advance).
+//
+// Every [Timer] reports the clock its deadlines are measured on with Now; a
+// [Reaper] forwards its timer's. A Timer implemented outside this package
+// must provide Now, and must not run a task inside Add.
+//
+// Add of a nil Task returns [ErrNilTask]. A nil pointer of a task type is
+// not checked for, and panics, as any method call on it would.
 //
 // # The wheels
 //
@@ -102,10 +121,18 @@
 // next task is an hour away wakes once, not 3.6 million times. The wait is
 // a runtime timer (time.Timer on the system clock) and the time is read with
 // time.Since, so a timer inside a testing/synctest bubble runs on the
-// bubble's fake time, and one on a MockClock on the mock's. When every
-// processor is busy the runtime may not run the sleeping goroutine for
-// 10 ms or more; an Add that finds it 2 ms behind the timer's clock wakes
-// it and yields once (see SystemTimer.Add).
+// bubble's fake time, and one on a MockClock on the mock's.
+//
+// The wait takes nothing out of the queue: due buckets are taken out only
+// under the timer's write lock. An Add holds a read lock from its reading of
+// the clock to queueing its bucket, so it comes wholly before or wholly
+// after each such poll: a task added before an AdvanceClock was called,
+// and due when it polls, is expired by that AdvanceClock. Two goroutines
+// advancing one timer take turns, each seeing the other's work whole.
+//
+// When every processor is busy the runtime may not run the sleeping
+// goroutine for 10 ms or more; an Add that finds it 2 ms behind the timer's
+// clock wakes it and yields once (see SystemTimer.Add).
 //
 // # Precision
 //
