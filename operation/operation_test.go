@@ -95,9 +95,9 @@ func TestKeysPrint(t *testing.T) {
 	assert.Equal(t, "g-m", operation.MemberKey{GroupID: "g", MemberID: "m"}.String())
 }
 
-// Base stays at 88 bytes: TaskBase plus two pointers.
-func TestBaseIs88Bytes(t *testing.T) {
-	assert.Equal(t, uintptr(88), unsafe.Sizeof(operation.Base{}))
+// Base stays at 80 bytes: TaskBase plus two pointers.
+func TestBaseIs80Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
 }
 
 // NewFunc: ready under the lock completes it early; a timeout reaches

@@ -42,12 +42,16 @@ var bubbleEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // A bubble's time.Now carries no monotonic reading (it is the fake wall
 // clock, which starts at midnight UTC on 1 January 2000 and only moves
 // forward), and measured from epoch it would be decades below zero.
+//
+// Outside a bubble it is one reading of the monotonic clock: time.Since of
+// a time with a monotonic reading reads nothing else. Inside one, Since
+// falls back to the fake wall clock and comes out below zero, which is
+// how the bubble is told apart.
 func (SystemClock) Now() time.Duration {
-	now := time.Now()
-	if now == now.Round(0) { // no monotonic reading: a bubble's fake time
-		return now.Sub(bubbleEpoch)
+	if d := time.Since(epoch); d >= 0 {
+		return d
 	}
-	return now.Sub(epoch)
+	return time.Since(bubbleEpoch)
 }
 
 // NewTimer returns a [time.Timer] wrapped as a ClockTimer.

@@ -54,10 +54,10 @@ type hooks struct {
 	// a batch of a coarser one moving down) before they are fired or put
 	// back: a step that a Cancel can act between.
 	flushed func([]*tasklist.Entry)
-	// refile is called by reinsert with the entry it refiles, holding its
-	// add-lock: before it is linked (linked false), and after the wheel's
-	// add linked it, or found it cancelled (true), before the lock is
-	// released.
+	// refile is called by reinsert, and by the drain of the staged
+	// entries, with the entry it refiles, holding its add-lock: before it
+	// is linked (linked false), and after the wheel's add linked it, or
+	// found it cancelled (true), before the lock is released.
 	refile func(e *tasklist.Entry, linked bool)
 	// clockRead is called by Add once it has read the clock, holding its
 	// read lock, before it files the entry.
@@ -92,6 +92,8 @@ type SystemTimer struct {
 	lastTick int64
 	// never holds the entries whose deadline no clock reaches (tickOf).
 	never tasklist.List
+	// staged holds the entries whose deadline is far off (stage.go).
+	staged staging
 
 	// mu is held for reading by Add (one stripe) and for writing (every
 	// stripe) while the wheels advance and while closing. Lock order: mu,
@@ -146,6 +148,7 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 		t.logger = slog.Default()
 	}
 	t.never.Init()
+	t.staged.init()
 	t.queue = newDelayQueue(t.now, c.clock, c.tick)
 	t.wheel = newWheel(1, c.wheelSize, t.nowTick(), t.queue)
 	if !c.inline && c.executors > 0 {
@@ -207,7 +210,13 @@ func (t *SystemTimer) Add(task Task) error {
 	if task == nil {
 		return ErrNilTask
 	}
+	if t.shut.Load() {
+		return ErrClosed
+	}
 	e := tasklist.Of(task)
+	if e == nil {
+		return nil // an operation's handle, cleared: it has completed
+	}
 	mu := t.mu.stripe(e)
 	mu.RLock()
 	if t.closed {
@@ -231,6 +240,8 @@ func (t *SystemTimer) Add(task Task) error {
 		t.wheel.addDue(e)
 	case tick == never:
 		t.never.Insert(e)
+	case e.Expire-now >= int64(stageMin):
+		t.stage(task, e, now)
 	default:
 		if t.wheel.add(e, tick) {
 			t.wheel.addDue(e)
@@ -318,7 +329,9 @@ func (t *SystemTimer) turn() bool {
 	b := t.queue.pollDue(t.now())
 	did := b != nil
 	for b != nil {
-		if t.drainBefore(b) {
+		if b == &t.staged.token {
+			t.drainStaged()
+		} else if t.drainBefore(b) {
 			t.queue.offer(b) // moving down may have made earlier buckets: take them first
 		} else if b.lead == 0 {
 			// Every entry is due: take them all out under one lock a
@@ -475,7 +488,8 @@ func (t *SystemTimer) fire(e *tasklist.Entry) {
 	}
 }
 
-// Size implements [Timer]. It sums the buckets' counts (Kafka keeps one
+// Size implements [Timer]. It sums the buckets' counts and the staged
+// tasks (stage.go) (Kafka keeps one
 // shared counter; counters per bucket stripe keep Adds and Cancels on
 // different cores off a shared cache line). Each count is read under its
 // stripe's lock, which Add and Cancel hold anyway, so that they change it
@@ -484,7 +498,7 @@ func (t *SystemTimer) fire(e *tasklist.Entry) {
 // few microseconds. It is for metrics, not for a hot path. While a bucket
 // is being flushed its entries are briefly not counted, as in Kafka.
 func (t *SystemTimer) Size() int {
-	n := t.never.Count()
+	n := t.never.Count() + int64(t.stagedCount())
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			n += w.buckets[i].size()
@@ -528,6 +542,7 @@ func (t *SystemTimer) Close() error {
 	for _, e := range t.never.PopInto(nil, math.MaxInt) {
 		e.Cancel()
 	}
+	t.dropStaged()
 	clear(t.backlog)
 	t.backlog = nil
 	t.backlogLen.Store(0)

@@ -7,7 +7,7 @@
 //
 // # States and transitions
 //
-// The state is one 64-bit word (the Aux word of the operation's timer
+// The state is one 32-bit word (the Aux word of the operation's timer
 // entry, tasklist.Entry), changed only by compare-and-swap:
 //
 //	bit 0      completed (terminal)
@@ -19,7 +19,6 @@
 //	bit 9      cancelled (terminal unless completed by ForceComplete)
 //	bit 10     a park is deferred to the holder of its SharedLock (DeferPark)
 //	bits 11-31 live watch entries, counted in the Tracker's watched
-//	bits 32-63 resets: how many times Reset moved the deadline
 //
 // Every transition that counts is one compare-and-swap, and the counts move
 // with it: the winner of completed learns from the word it replaced whether
@@ -82,30 +81,30 @@ type Op struct {
 // link names the embedded holder so that the field is unexported.
 type link = tasklist.Base
 
+// ref names the Handle's embedded reference so that the field is
+// unexported.
+type ref = tasklist.Ref
+
 func (o *Op) lifecycleOp() *Op { return o }
 
 func (o *Op) entry() *tasklist.Entry { return tasklist.EntryOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
-	stCompleted uint64 = 1 << 0
+	stCompleted uint32 = 1 << 0
 	kindShift          = 1
-	kindMask    uint64 = 7 << kindShift
-	stParked    uint64 = 1 << 4
-	stTryAgain  uint64 = 1 << 5
-	stLocked    uint64 = 1 << 6
-	stWaiters   uint64 = 1 << 7
-	stFat       uint64 = 1 << 8
-	stCancelled uint64 = 1 << 9
-	stDeferred  uint64 = 1 << 10
+	kindMask    uint32 = 7 << kindShift
+	stParked    uint32 = 1 << 4
+	stTryAgain  uint32 = 1 << 5
+	stLocked    uint32 = 1 << 6
+	stWaiters   uint32 = 1 << 7
+	stFat       uint32 = 1 << 8
+	stCancelled uint32 = 1 << 9
+	stDeferred  uint32 = 1 << 10
 
 	watchShift        = 11
-	watchOne   uint64 = 1 << watchShift
+	watchOne   uint32 = 1 << watchShift
 	flagBits          = watchOne - 1
-	watchMask  uint64 = 1<<32 - watchOne
-
-	resetShift        = 32
-	resetOne   uint64 = 1 << resetShift
 
 	// MaxKeys is the most keys one operation can be watched on: its live
 	// watch entries are counted in 21 bits of the state.
@@ -116,7 +115,7 @@ const (
 )
 
 // watches returns the live watch entries counted in the state s.
-func watches(s uint64) uint32 { return uint32((s & watchMask) >> watchShift) }
+func watches(s uint32) uint32 { return s >> watchShift }
 
 // Outcome says how an operation left its purgatory: the one enum that the
 // lifecycle, the Tracker's counts, package purgatory's Stats and
@@ -149,25 +148,30 @@ func (k Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(k))
 }
 
-func (o *Op) word() *atomic.Uint64 { return &o.entry().Aux }
+func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
 
 func (o *Op) self() Callbacks { return o.entry().Owner.(Callbacks) }
 
 // Self returns the user's operation, or nil before Init.
 func Self(o *Op) any { return o.entry().Owner }
 
-// task is the Op as a timer.Task, for Add. A package timer's timer expires
-// the entry through its owner's ExpireEntry; any other Timer calls the
-// Task's Run. Either way the user's type is not consulted: a method of its
-// own named Run has no effect.
-type task struct{ *Op }
+// Task returns the Handle of a parked operation as a timer.Task, to Add to
+// a timer. A package timer's timer expires the entry through its owner's
+// ExpireEntry; any other Timer calls the Handle's Run. Either way the
+// user's type is not consulted: a method of its own named Run has no
+// effect. A timer that holds the task a while before filing it (a
+// SystemTimer's staging of far deadlines) holds the Handle, which the
+// operation's completion clears: the operation is unreachable from the
+// timer at once.
+func Task(o *Op) timer.Task { return o.h }
 
-// Run expires the operation.
-func (t task) Run() { finish(t.Op, Expired) }
-
-// Task returns the Op's timer entry as a timer.Task, to Add to a timer. It
-// does not allocate: task is one pointer.
-func Task(o *Op) timer.Task { return task{o} }
+// Run expires the operation, if it is still pending: the Task's Run, for
+// a Timer other than package timer's.
+func (h *Handle) Run() {
+	if o := h.Op(); o != nil {
+		finish(o, Expired)
+	}
+}
 
 // ExpireEntry expires the operation if e is its timer entry, and reports
 // whether it was. Package timer calls it on the entry's owner, the user's
@@ -186,14 +190,17 @@ type expirer interface {
 	ExpireEntry(e *tasklist.Entry) bool
 }
 
-// Handle is what watch lists hold instead of the operation. Completing or
-// cancelling the operation clears it, which releases the operation from
-// every list at once without taking a list's lock; the Handle stays on the
-// lists until they are next compacted. An operation parks at most once, so
-// it has at most one Handle.
+// Handle is what watch lists, and a timer that stages the operation's
+// timeout, hold instead of the operation. Completing or cancelling the
+// operation clears it, which releases the operation from every list at
+// once without taking a list's lock; the Handle stays on the lists until
+// they are next compacted. An operation parks at most once, so it has at
+// most one Handle.
 type Handle struct {
-	// op is the operation, nil once it has completed or been cancelled.
-	op atomic.Pointer[Op]
+	// ref is the operation's timer entry, nil once the operation has
+	// completed or been cancelled. The operation is the entry's owner's.
+	// Embedded, so that a *Handle is a timer.Task.
+	ref
 	// ext is what only some operations need: nil unless the operation has
 	// a lock or a context of its own (stFat), its Tracker has an
 	// Observer, or CompleteWith gave it a cause. Once set it
@@ -203,7 +210,17 @@ type Handle struct {
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
-func (h *Handle) Op() *Op { return h.op.Load() }
+func (h *Handle) Op() *Op {
+	e := h.ref.Entry()
+	if e == nil {
+		return nil
+	}
+	return Of(e.Owner.(Sealed))
+}
+
+// Live reports whether the operation has neither completed nor been
+// cancelled: Op() != nil, without finding the operation.
+func (h *Handle) Live() bool { return h.ref.Entry() != nil }
 
 // handleExt carries what only some operations have: for a Tracker with an
 // Observer, the clock reading of the park, what the Observer's Parked
@@ -407,24 +424,36 @@ func (o *Op) complete(k Outcome, needParked bool) bool {
 }
 
 // completeFrom completes the operation as k if its state is still s, one
-// compare-and-swap, and then does what the winner does: uncount, release,
-// tell the Observer, call OnComplete (and OnExpiration for an expiry). It
-// reports false, doing nothing, if the state has changed.
-func (o *Op) completeFrom(s uint64, k Outcome) bool {
+// compare-and-swap (swapCompleted), and then does what the winner does
+// (completed). It reports false, doing nothing, if the state has changed.
+func (o *Op) completeFrom(s uint32, k Outcome) bool {
+	end, ok := o.swapCompleted(s, k)
+	if ok {
+		o.completed(s, k, end)
+	}
+	return ok
+}
+
+// swapCompleted swaps the state from s to completed as k, and reports
+// whether it did, with the clock reading that ends the time in purgatory.
+func (o *Op) swapCompleted(s uint32, k Outcome) (end int64, ok bool) {
 	// The end of the time in purgatory is read before the swap: on an
 	// operation parked on another core the swap waits for the line to
 	// come over, and a clock read after it would wait too. A read for a
 	// completion that then loses the swap is wasted, and rare. Once the
 	// operation is seen parked, its Tracker is safe to read.
-	var end int64
 	if s&stParked != 0 {
 		if obs := o.t.Obs; obs != nil {
 			end = obs.Now()
 		}
 	}
-	if !o.word().CompareAndSwap(s, (s|stCompleted|uint64(k)<<kindShift)&^(stParked|stDeferred)&flagBits) {
-		return false
-	}
+	ok = o.word().CompareAndSwap(s, (s|stCompleted|uint32(k)<<kindShift)&^(stParked|stDeferred)&flagBits)
+	return end, ok
+}
+
+// completed is what the winner of the swap from s does: uncount, release,
+// tell the Observer, call OnComplete (and OnExpiration for an expiry).
+func (o *Op) completed(s uint32, k Outcome, end int64) {
 	// Only an operation that was parked (or cancelled, after a park) has a
 	// Tracker this goroutine may read: the CAS it observed comes after
 	// Park's write. Callbacks of one never parked run unrecovered.
@@ -446,7 +475,6 @@ func (o *Op) completeFrom(s uint64, k Outcome) bool {
 	if k == Expired || k == Shutdown {
 		o.call(t, Callbacks.OnExpiration, "OnExpiration")
 	}
-	return true
 }
 
 // release lets go of everything that could reach or wake the operation
@@ -461,7 +489,7 @@ func (o *Op) release(parked bool) {
 	if !parked {
 		return
 	}
-	o.h.op.Store(nil) // off every watch list at once (KAFKA-19389)
+	o.h.ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
 	if fh := o.fat(); fh != nil {
 		if stop := fh.stop.Swap(nil); stop != nil {
 			(*stop)()
@@ -510,40 +538,42 @@ func finish(o *Op, k Outcome) bool {
 // expire is finish for a run of the operation's timer entry by a package
 // timer timer. The run is stale, and does nothing, if Reset has moved the
 // deadline since the entry fired: the entry is then cancelled or pending
-// again (no longer fired), or a Reset's count in the state word has moved
-// since this run read it.
+// again, no longer fired.
 //
-// The two checks make the expiry and a Reset, which takes no lock, one
-// decision. The state is read first, then the entry. A Reset reschedules
-// the entry first, then counts itself in the state with a swap that needs
-// the operation pending (Reset). If the Reset's reschedule came before the
-// entry check, the run sees it; if after, its count comes after the
-// state read here, and either the completing swap below fails on it (the
-// run is stale, the Reset reports true) or the swap comes first and the
-// Reset's fails (the operation expired at its old deadline, and the
-// Reset reports false). Completions that take no lock (ForceComplete,
-// CompleteWith) race the swap as they race any completion.
+// The expiry decides holding the entry's add-lock, from its check of the
+// entry to its completing swap, and Reset moves the deadline holding the
+// same lock, once it has seen the operation pending. So either the Reset
+// comes first, and the expiry finds the entry moved; or the swap does,
+// and the Reset finds the operation completed and reports false: the old
+// deadline expired it. A completion that takes no lock (ForceComplete,
+// CompleteWith) races the swap as it races any completion. The lock is
+// let go before the callbacks run: one of them may reset another
+// operation, or this one.
 func expire(o *Op) bool {
 	l := o.lock()
 	l.Lock()
-	done := false
-	w := o.word()
-	for {
-		s := w.Load()
-		if s&(stParked|stCompleted) != stParked || !o.entry().IsFired() {
-			break
-		}
+	w, e := o.word(), o.entry()
+	if s := w.Load(); s&(stParked|stCompleted) == stParked && e.IsFired() {
 		if hk := o.t.Hooks; hk != nil && hk.Claimed != nil {
 			hk.Claimed(o)
 		}
-		if done = o.completeFrom(s, Expired); done {
+	}
+	e.HoldAdd()
+	var s uint32
+	var end int64
+	done := false
+	for !done {
+		s = w.Load()
+		if s&(stParked|stCompleted) != stParked || !e.IsFired() {
 			break
 		}
-		if w.Load()>>resetShift != s>>resetShift {
-			// A Reset has counted itself since s was read: stale.
-			break
-		}
-		// Some other bit changed (a note left by a check): look again.
+		// A failed swap is a note left by a check, or a lock-free
+		// completion that won: look again.
+		end, done = o.swapCompleted(s, Expired)
+	}
+	e.UnlockAdd()
+	if done {
+		o.completed(s, Expired, end)
 	}
 	o.unlockAndRecheck(l)
 	return done
@@ -595,7 +625,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 		h = &Handle{}
 		o.h = h
 	}
-	h.op.Store(o)
+	h.ref.Set(o.entry())
 	var x *handleExt
 	if t.Obs != nil {
 		// Told before the swap that publishes the park: once published,
@@ -612,7 +642,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 	for {
 		s := w.Load()
 		if !parkable(s, deferred) {
-			h.op.Store(nil)
+			h.ref.Set(nil)
 			if x != nil {
 				// Only a ForceComplete can get here (the caller holds
 				// the lock, and nothing else completes an operation
@@ -624,7 +654,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 			}
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s&^stDeferred|stParked|uint64(watches)<<watchShift) {
+		if w.CompareAndSwap(s, s&^stDeferred|stParked|uint32(watches)<<watchShift) {
 			return h, true
 		}
 	}
@@ -633,7 +663,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 // parkable reports whether an operation in state s may be parked: not
 // parked, completed or cancelled, and deferred (stDeferred) exactly when
 // the park is the deferred one.
-func parkable(s uint64, deferred bool) bool {
+func parkable(s uint32, deferred bool) bool {
 	return s&(stParked|stCompleted|stCancelled) == 0 && (s&stDeferred != 0) == deferred
 }
 
@@ -696,7 +726,7 @@ func Cancel(o *Op) bool {
 	l := o.lock()
 	l.Lock()
 	w := o.word()
-	var s uint64
+	var s uint32
 	for {
 		s = w.Load()
 		if s&stParked == 0 || s&stCompleted != 0 {
@@ -740,33 +770,24 @@ func PendingIn(o *Op, t *Tracker) bool {
 // next Add of its entry (Task), which the caller makes if Reset reports
 // true. It reports false, changing nothing, if the operation is not
 // pending: it completed (by any path, its old deadline included) or was
-// cancelled before the Reset counted itself.
+// cancelled.
 //
-// It takes no lock: a callback running under a lock the operation shares
-// may call it. It first reschedules the entry (cancelled, with the new
-// delay), then counts itself in the state word with a swap that needs the
-// operation pending. An expiry that fired before it finds either the
-// entry rescheduled or the count moved, and does nothing (expire); if the
-// expiry's completing swap came first, this one fails and the delay is
-// put back.
+// It takes no lock of the operation's: a callback running under a lock
+// the operation shares may call it. It holds the entry's add-lock while
+// it looks at the state and reschedules the entry, as the expiry does
+// while it decides (expire), so the two are one decision.
 func Reset(o *Op, d time.Duration) bool {
 	w := o.word()
 	if w.Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
 	e := o.entry()
-	old := e.Reschedule(min(d, MaxTimeout))
-	if hk := o.t.Hooks; hk != nil && hk.Rescheduled != nil {
-		hk.Rescheduled(o)
+	e.HoldAdd()
+	if w.Load()&(stParked|stCompleted) != stParked {
+		e.UnlockAdd()
+		return false
 	}
-	for {
-		s := w.Load()
-		if s&(stParked|stCompleted) != stParked {
-			e.SetDelay(old)
-			return false
-		}
-		if w.CompareAndSwap(s, s+resetOne) {
-			return true
-		}
-	}
+	e.RescheduleHeld(min(d, MaxTimeout))
+	e.UnlockAdd() // no longer pending: takes it out of its bucket
+	return true
 }

@@ -115,7 +115,7 @@ func (o *Op) lock() sync.Locker {
 func Lock(o *Op) sync.Locker { return o.lock() }
 
 // clear clears bit and reports whether this call cleared it.
-func (o *Op) clear(bit uint64) bool {
+func (o *Op) clear(bit uint32) bool {
 	w := o.word()
 	for {
 		s := w.Load()

@@ -114,11 +114,9 @@ type Hooks struct {
 	// Live runs between Live's two passes.
 	Live func()
 	// Claimed runs in an expiry by the timer once it has found the entry
-	// fired and the operation pending, before its completing swap.
+	// fired and the operation pending, before it takes the entry's
+	// add-lock to decide.
 	Claimed func(o *Op)
-	// Rescheduled runs in Reset once the entry is rescheduled, before the
-	// Reset counts itself in the state word.
-	Rescheduled func(o *Op)
 	// CauseStored runs in CompleteWith once the cause is stored, before
 	// the completing swap.
 	CauseStored func(o *Op)

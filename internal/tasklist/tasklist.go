@@ -10,8 +10,7 @@
 //
 //   - State is the timer's: every change is a compare-and-swap (Cancel and
 //     firing need no lock). Aux is the owner's: the timer never touches it
-//     (the lifecycle keeps an operation's state there, 64 bits so that a
-//     reset's generation fits beside the flags).
+//     (the lifecycle keeps an operation's state there).
 //   - An entry's list, next and prev are written only under the mutex of
 //     the List it is linked into, and list is set only by a goroutine that
 //     holds the entry's add-lock (LockAdd, TryLockAdd), so no two goroutines
@@ -41,7 +40,7 @@ type Entry struct {
 	State atomic.Uint32
 	// Aux is free for the entry's owner; the timer never reads or writes
 	// it.
-	Aux atomic.Uint64
+	Aux atomic.Uint32
 
 	list       atomic.Pointer[list] // the List it is linked into, or nil
 	next, prev *Entry               // guarded by list.mu
@@ -85,29 +84,39 @@ func (e *Entry) LoadDelay() time.Duration { return time.Duration(atomic.LoadInt6
 // well; its owner knows it was added.)
 func (e *Entry) IsFired() bool { return e.State.Load()&stateMask == stateIdle }
 
-// Reschedule gives the entry a new delay and cancels it: the caller adds
-// it again, and the Add measures the delay from its own reading of the
-// clock (Add moves nothing that is cancelled, it places it anew). A run
-// that fired before it finds the entry no longer fired (IsFired): an owner
-// whose deadline can move checks that before acting on a run. It returns
-// the delay it replaced.
-//
-// It holds the add-lock while it writes, so that an Add (or a refile by
-// the timer) of the same entry reads either the old delay or the new one,
-// and waits for one in progress.
-func (e *Entry) Reschedule(delay time.Duration) (old time.Duration) {
+// HoldAdd takes the add-lock whatever the entry's state, and changes
+// nothing else: an owner holds it to decide about a fired entry (expire
+// it, or move its deadline) while no Add, refile or other decision of the
+// same entry runs. Release it with UnlockAdd. It is held only across a
+// few instructions, never across a callback, so a wait for it is short.
+func (e *Entry) HoldAdd() {
 	for spins := 0; ; spins++ {
 		w := e.State.Load()
-		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
-			break
+		if w&addLock == 0 && e.State.CompareAndSwap(w, w|addLock) {
+			return
 		}
 		if spins > 8 {
 			runtime.Gosched()
 		}
 	}
-	old = time.Duration(atomic.SwapInt64(&e.Delay, int64(delay)))
-	e.UnlockAdd() // no longer pending: takes it out of its bucket
-	return old
+}
+
+// RescheduleHeld gives the entry a new delay and cancels it: the caller
+// adds it again, and the Add measures the delay from its own reading of
+// the clock (Add moves nothing that is cancelled, it places it anew). A
+// run that fired before it finds the entry no longer fired (IsFired). The
+// caller holds the add-lock (HoldAdd), so that an Add (or a refile by the
+// timer) of the same entry reads either the old delay or the new one. It
+// returns the delay it replaced. The caller's UnlockAdd takes the entry
+// out of its bucket.
+func (e *Entry) RescheduleHeld(delay time.Duration) (old time.Duration) {
+	for {
+		w := e.State.Load()
+		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
+			break
+		}
+	}
+	return time.Duration(atomic.SwapInt64(&e.Delay, int64(delay)))
 }
 
 // SetDelay stores delay as the next Add's, for an owner that takes back a
@@ -126,6 +135,21 @@ func Deadline(delay, now int64) int64 {
 	}
 	return now + delay
 }
+
+// Ref refers to an Entry until its owner clears it: a handle on a task
+// that does not keep the entry, or what embeds it, reachable once the
+// owner is done with it. A *Ref satisfies Sealed, so a type that embeds a
+// Ref can be added to a timer: Of returns the entry, or nil once cleared,
+// and a timer adds nothing for nil.
+type Ref struct{ e atomic.Pointer[Entry] }
+
+func (r *Ref) tasklistEntry() *Entry { return r.e.Load() }
+
+// Set makes r refer to e.
+func (r *Ref) Set(e *Entry) { r.e.Store(e) }
+
+// Entry returns the entry r refers to, or nil once cleared.
+func (r *Ref) Entry() *Entry { return r.e.Load() }
 
 // Base holds an Entry for a type that embeds it. Embedding Base promotes
 // only its unexported sealing method, never the Entry's fields or methods.
@@ -236,6 +260,30 @@ func (e *Entry) Unlink() {
 	}
 }
 
+// InitMark makes l a mark: a List that entries point to (Mark) without
+// being linked into it. A timer keeps one for the entries it holds
+// outside its buckets.
+func (l *List) InitMark() {
+	l.Init()
+	l.mark = true
+}
+
+// Mark points the pending entry, which is in no List, to the mark l, and
+// reports whether it did. The caller holds the entry's add-lock. Cancel
+// takes the mark off again (Unlink) with one compare-and-swap.
+func (e *Entry) Mark(l *List) bool {
+	if !l.mark || e.list.Load() != nil {
+		return false
+	}
+	e.list.Store(&l.list)
+	return true
+}
+
+// Unmark takes the mark l off the entry, and reports whether the entry
+// had it. The caller holds the entry's add-lock, and links the entry next
+// (or has it fire).
+func (e *Entry) Unmark(l *List) bool { return e.list.CompareAndSwap(&l.list, nil) }
+
 // Linked reports whether the entry is linked into a List.
 func (e *Entry) Linked() bool { return e.list.Load() != nil }
 
@@ -259,6 +307,10 @@ type list struct {
 	mu    sync.Mutex // guards root, count and the links of every entry in the list
 	count int64
 	root  Entry // sentinel: root.next is the oldest entry, root.prev the newest
+	// mark says the list links nothing: an entry that points to it is
+	// held elsewhere (a timer's staging area, see Mark), and unlinking it
+	// is one compare-and-swap of its list pointer, with no lock.
+	mark bool
 }
 
 // Init makes l an empty list.
@@ -290,6 +342,10 @@ func (l *list) Insert(e *Entry) bool {
 
 // Remove unlinks e if it is still in l.
 func (l *list) Remove(e *Entry) {
+	if l.mark {
+		e.list.CompareAndSwap(l, nil)
+		return
+	}
 	l.mu.Lock()
 	if e.list.Load() == l {
 		l.unlinkLocked(e)

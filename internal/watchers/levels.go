@@ -69,7 +69,7 @@ func (l *list[K]) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 	lv := l.lv
 	w := end // live entries are packed down to lv[w:end]
 	for r := end - 1; r >= l.lvHead; r-- {
-		if lv[r].h.Op() != nil {
+		if lv[r].h.Live() {
 			w--
 			lv[w] = lv[r]
 		}

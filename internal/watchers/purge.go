@@ -133,7 +133,7 @@ func (l *list[K]) purgeSliceLocked(chunk, level *int, budget int) (dropped, visi
 		wc, wi := start, 0
 		for i := start; i < end; i++ {
 			for _, h := range l.chunks[i] { // the header as it was: what to read
-				if h.Op() == nil {
+				if !h.Live() {
 					dropped++
 					continue
 				}
@@ -184,7 +184,7 @@ func (l *list[K]) purgeSliceLocked(chunk, level *int, budget int) (dropped, visi
 		b := min(a+max(budget-visited, 1), len(lv))
 		w := a
 		for r := a; r < b; r++ {
-			if lv[r].h.Op() != nil {
+			if lv[r].h.Live() {
 				lv[w] = lv[r]
 				w++
 			}

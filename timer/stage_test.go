@@ -1,0 +1,123 @@
+package timer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/purgatory-go/purgatory/internal/tasklist"
+)
+
+// A task whose deadline is stageMin or more away is staged: counted in
+// Size, in no bucket, and filed into the wheels by the drain stageHold
+// after the Add that armed it. It runs exactly at the deadline its Add
+// fixed; a Cancel while staged leaves nothing counted, and a re-Add while
+// staged runs it once, at the new deadline.
+func TestStagedTasksRunOnTime(t *testing.T) {
+	t.Parallel()
+	st, clk := newInlineTimer(t, WithWheelSize(20))
+	const delay = time.Second
+	tasks := addProbes(t, st, clk, 3, delay)
+	for _, p := range tasks {
+		assert.Nil(t, bucketOf(p), "staged, in no bucket")
+		assert.True(t, p.entry().In(&st.staged.mark))
+	}
+	assert.Equal(t, 3, st.Size())
+	assert.True(t, tasks[1].Cancel())
+	assert.Equal(t, 2, st.Size(), "a staged task's Cancel uncounts it")
+	clk.Advance(100 * time.Millisecond)
+	tasks[2].SetDelay(delay) // moved: due at 1.1 s
+	require.NoError(t, st.Add(tasks[2]))
+	assert.Equal(t, 2, st.Size(), "a re-added staged task is counted once")
+
+	clk.Advance(stageHold - 100*time.Millisecond)
+	st.runDue()
+	assert.NotNil(t, bucketOf(tasks[0]), "the drain filed it")
+	assert.NotNil(t, bucketOf(tasks[2]))
+	assert.Equal(t, 2, st.Size())
+
+	clk.Advance(delay - stageHold - time.Nanosecond)
+	st.runDue()
+	assert.Zero(t, tasks[0].runs.Load(), "never early")
+	clk.Advance(time.Nanosecond)
+	st.runDue()
+	assert.Equal(t, int32(1), tasks[0].runs.Load())
+	assert.Equal(t, delay, tasks[0].at)
+	clk.Advance(100*time.Millisecond - time.Nanosecond)
+	st.runDue()
+	assert.Zero(t, tasks[2].runs.Load())
+	clk.Advance(time.Nanosecond)
+	st.runDue()
+	assert.Equal(t, int32(1), tasks[2].runs.Load())
+	assert.Equal(t, 1100*time.Millisecond, tasks[2].at)
+	assert.Zero(t, tasks[1].runs.Load())
+	assert.Zero(t, st.Size())
+	assert.Empty(t, st.staged.stripes[0].tasks)
+}
+
+// A clock that jumps past a staged task's deadline runs it in the same
+// turn as the drain, at the deadline's time or later, never before.
+func TestStagedTaskRunsInTheJumpPastItsDeadline(t *testing.T) {
+	t.Parallel()
+	mt := NewMockTimer()
+	defer mt.Close()
+	p := newProbe(time.Hour)
+	p.clk = mt.clock
+	require.NoError(t, mt.Add(p))
+	assert.Equal(t, 1, mt.Size())
+	assert.Equal(t, 1, mt.Advance(2*time.Hour), "one Advance drains and runs it")
+	assert.Equal(t, 2*time.Hour, p.at)
+}
+
+// The drain files a staged entry holding its add-lock, as a refile does.
+// A Cancel between taking the lock and linking wins and the entry is not
+// linked; a Cancel after the link wins too, and the entry leaves the
+// bucket at once. Either way the task never runs and nothing stays
+// counted.
+func TestCancelBetweenTheDrainSteps(t *testing.T) {
+	t.Parallel()
+	for _, linkedFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
+			const delay = time.Second
+			st, clk := newInlineTimer(t, WithWheelSize(20))
+			tasks := addProbes(t, st, clk, 3, delay)
+			target := tasks[1].entry()
+			var cancelled, seen bool
+			st.hooks = &hooks{refile: func(e *tasklist.Entry, linked bool) {
+				if e != target || linked != linkedFirst {
+					return
+				}
+				seen = true
+				require.NotZero(t, e.State.Load()&tasklist.AddLock, "the drain holds the add-lock")
+				cancelled = tasks[1].Cancel()
+				assert.Nil(t, bucketOf(tasks[1]), "a cancelled entry is in no bucket")
+			}}
+			clk.Advance(stageHold)
+			st.runDue()
+			require.True(t, seen)
+			assert.True(t, cancelled, "the Cancel prevented a pending run")
+			assert.Zero(t, target.State.Load()&tasklist.AddLock, "the add-lock is let go")
+			assert.False(t, target.Linked())
+			assert.Equal(t, 2, st.Size())
+			clk.Advance(delay)
+			st.runDue()
+			assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
+			assert.Zero(t, st.Size())
+		})
+	}
+}
+
+// Close cancels the staged tasks, as it does those in buckets.
+func TestCloseCancelsStagedTasks(t *testing.T) {
+	t.Parallel()
+	st, clk := newInlineTimer(t)
+	tasks := addProbes(t, st, clk, 2, time.Minute)
+	require.NoError(t, st.Close())
+	for _, p := range tasks {
+		assert.True(t, p.IsCancelled())
+		assert.False(t, p.entry().Linked())
+	}
+	assert.Zero(t, st.Size())
+}
