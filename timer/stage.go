@@ -55,7 +55,7 @@ const (
 )
 
 type stageStripe struct {
-	mu      sync.Mutex
+	mu sync.Mutex
 	// tasks is guarded by mu. It holds the Task given to Add, not the
 	// entry: an operation's Task is a handle that its completion clears,
 	// so that a staged operation that completes is unreachable from here
