@@ -1,6 +1,7 @@
 package timer
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,58 @@ import (
 
 	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
+
+// refProbe is a task that is a Ref, as an operation's Handle is: the only
+// kind staging holds back. Its entry is its TaskBase's.
+type refProbe struct {
+	tasklist.Ref
+	base TaskBase
+	runs atomic.Int32
+	at   time.Duration // clock time of the last run
+	clk  Clock
+}
+
+func (p *refProbe) Run() {
+	p.runs.Add(1)
+	if p.clk != nil {
+		p.at = p.clk.Now()
+	}
+}
+
+func (p *refProbe) entry() *tasklist.Entry   { return p.base.entry() }
+func (p *refProbe) Cancel() bool             { return p.base.Cancel() }
+func (p *refProbe) SetDelay(d time.Duration) { p.base.SetDelay(d) }
+
+func newRefProbe(d time.Duration, clk Clock) *refProbe {
+	p := &refProbe{clk: clk}
+	p.base.SetDelay(d)
+	p.Set(p.base.entry())
+	return p
+}
+
+// addRefProbes adds n refProbes of delay d to st.
+func addRefProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration) []*refProbe {
+	t.Helper()
+	ps := make([]*refProbe, n)
+	for i := range ps {
+		ps[i] = newRefProbe(d, clk)
+		require.NoError(t, st.Add(ps[i]))
+	}
+	return ps
+}
+
+// A task that embeds TaskBase is never staged: it is filed at once,
+// whatever its deadline.
+func TestOnlyRefsAreStaged(t *testing.T) {
+	t.Parallel()
+	st, clk := newInlineTimer(t, WithWheelSize(20))
+	p := addProbes(t, st, clk, 1, time.Hour)[0]
+	assert.NotNil(t, bucketOf(p))
+	r := addRefProbes(t, st, clk, 1, time.Hour)[0]
+	assert.Nil(t, bucketOf(r))
+	assert.True(t, r.entry().In(&st.staged.mark))
+	assert.Equal(t, 2, st.Size())
+}
 
 // A task whose deadline is stageMin or more away is staged: counted in
 // Size, in no bucket, and filed into the wheels by the drain stageHold
@@ -19,7 +72,7 @@ func TestStagedTasksRunOnTime(t *testing.T) {
 	t.Parallel()
 	st, clk := newInlineTimer(t, WithWheelSize(20))
 	const delay = time.Second
-	tasks := addProbes(t, st, clk, 3, delay)
+	tasks := addRefProbes(t, st, clk, 3, delay)
 	for _, p := range tasks {
 		assert.Nil(t, bucketOf(p), "staged, in no bucket")
 		assert.True(t, p.entry().In(&st.staged.mark))
@@ -54,7 +107,9 @@ func TestStagedTasksRunOnTime(t *testing.T) {
 	assert.Equal(t, 1100*time.Millisecond, tasks[2].at)
 	assert.Zero(t, tasks[1].runs.Load())
 	assert.Zero(t, st.Size())
-	assert.Empty(t, st.staged.stripes[0].tasks)
+	for i := range st.staged.stripes {
+		assert.Empty(t, st.staged.stripes[i].refs)
+	}
 }
 
 // A clock that jumps past a staged task's deadline runs it in the same
@@ -63,8 +118,7 @@ func TestStagedTaskRunsInTheJumpPastItsDeadline(t *testing.T) {
 	t.Parallel()
 	mt := NewMockTimer()
 	defer mt.Close()
-	p := newProbe(time.Hour)
-	p.clk = mt.clock
+	p := newRefProbe(time.Hour, mt.clock)
 	require.NoError(t, mt.Add(p))
 	assert.Equal(t, 1, mt.Size())
 	assert.Equal(t, 1, mt.Advance(2*time.Hour), "one Advance drains and runs it")
@@ -82,7 +136,7 @@ func TestCancelBetweenTheDrainSteps(t *testing.T) {
 		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
 			const delay = time.Second
 			st, clk := newInlineTimer(t, WithWheelSize(20))
-			tasks := addProbes(t, st, clk, 3, delay)
+			tasks := addRefProbes(t, st, clk, 3, delay)
 			target := tasks[1].entry()
 			var cancelled, seen bool
 			st.hooks = &hooks{refile: func(e *tasklist.Entry, linked bool) {
@@ -113,10 +167,10 @@ func TestCancelBetweenTheDrainSteps(t *testing.T) {
 func TestCloseCancelsStagedTasks(t *testing.T) {
 	t.Parallel()
 	st, clk := newInlineTimer(t)
-	tasks := addProbes(t, st, clk, 2, time.Minute)
+	tasks := addRefProbes(t, st, clk, 2, time.Minute)
 	require.NoError(t, st.Close())
 	for _, p := range tasks {
-		assert.True(t, p.IsCancelled())
+		assert.True(t, p.base.IsCancelled())
 		assert.False(t, p.entry().Linked())
 	}
 	assert.Zero(t, st.Size())

@@ -235,13 +235,13 @@ func (t *SystemTimer) Add(task Task) error {
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()
-	switch tick := t.tickOf(e.Expire); {
+	switch ref, tick := tasklist.RefOf(task), t.tickOf(e.Expire); {
 	case e.Expire <= now:
 		t.wheel.addDue(e)
 	case tick == never:
 		t.never.Insert(e)
-	case e.Expire-now >= int64(stageMin):
-		t.stage(task, e, now)
+	case ref != nil && e.Expire-now >= int64(stageMin):
+		t.stage(ref, e, now)
 	default:
 		if t.wheel.add(e, tick) {
 			t.wheel.addDue(e)

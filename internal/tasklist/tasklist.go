@@ -144,6 +144,7 @@ func Deadline(delay, now int64) int64 {
 type Ref struct{ e atomic.Pointer[Entry] }
 
 func (r *Ref) tasklistEntry() *Entry { return r.e.Load() }
+func (r *Ref) tasklistRef() *Ref      { return r }
 
 // Set makes r refer to e.
 func (r *Ref) Set(e *Entry) { r.e.Store(e) }
@@ -156,12 +157,20 @@ func (r *Ref) Entry() *Entry { return r.e.Load() }
 type Base struct{ e Entry }
 
 func (b *Base) tasklistEntry() *Entry { return &b.e }
+func (b *Base) tasklistRef() *Ref      { return nil }
 
 // Sealed is implemented by every type that embeds a Base.
-type Sealed interface{ tasklistEntry() *Entry }
+type Sealed interface {
+	tasklistEntry() *Entry
+	tasklistRef() *Ref
+}
 
 // Of returns the Entry of s.
 func Of(s Sealed) *Entry { return s.tasklistEntry() }
+
+// RefOf returns the Ref that s is, or nil if s holds its Entry itself (a
+// Base).
+func RefOf(s Sealed) *Ref { return s.tasklistRef() }
 
 // EntryOf returns b's Entry.
 func EntryOf(b *Base) *Entry { return &b.e }
