@@ -144,7 +144,7 @@ func Deadline(delay, now int64) int64 {
 type Ref struct{ e atomic.Pointer[Entry] }
 
 func (r *Ref) tasklistEntry() *Entry { return r.e.Load() }
-func (r *Ref) tasklistRef() *Ref      { return r }
+func (r *Ref) tasklistRef() *Ref     { return r }
 
 // Set makes r refer to e.
 func (r *Ref) Set(e *Entry) { r.e.Store(e) }
@@ -157,7 +157,7 @@ func (r *Ref) Entry() *Entry { return r.e.Load() }
 type Base struct{ e Entry }
 
 func (b *Base) tasklistEntry() *Entry { return &b.e }
-func (b *Base) tasklistRef() *Ref      { return nil }
+func (b *Base) tasklistRef() *Ref     { return nil }
 
 // Sealed is implemented by every type that embeds a Base.
 type Sealed interface {

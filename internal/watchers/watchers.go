@@ -155,34 +155,6 @@ func (l *list[K]) trimLocked() {
 	l.lv, l.lvHead = l.lv[:0], 0
 }
 
-// MaxChunk is the most entries one chunk of a list holds. A purge slice
-// reads whole chunks, at least two, so it may visit up to two chunks more
-// than its budget.
-const MaxChunk = 255
-
-// chunkCaps are the capacities of a list's chunks as it grows, up to
-// MaxChunk. Each fills a size class of the allocator exactly. An object of
-// more than 512 bytes that holds pointers starts with an 8-byte header
-// (Go 1.22 and later), so the two largest hold one entry less than a power
-// of two: a chunk of 256 entries, 2,056 bytes with its header, took the
-// 2,304-byte class, 12% more than its entries
-// (TestChunksFillTheirSizeClass).
-var chunkCaps = [...]int{4, 8, 16, 32, 64, 127, MaxChunk}
-
-// nextChunkCap returns the capacity of the chunk that follows one of
-// capacity prev.
-func nextChunkCap(prev int) int {
-	for _, c := range chunkCaps {
-		if c > prev {
-			return c
-		}
-	}
-	return MaxChunk
-}
-
-// newChunk allocates an empty chunk of capacity n.
-func newChunk(n int) []*lifecycle.Handle { return make([]*lifecycle.Handle, 0, n) }
-
 // New returns a Watchers with n shards (DefaultShards if n <= 0).
 func New[K comparable](n int) *Watchers[K] {
 	if n <= 0 {
@@ -328,48 +300,6 @@ func (sh *shard[K]) remapLocked() {
 	sh.lists, sh.peak = m, sh.n
 }
 
-// Marks records, for the keys of one operation, how many checks each key's
-// shard had seen before the operation's first TryComplete, so that the
-// Watch that follows can tell whether a check may have missed it.
-//
-// A check that looks up a key before the operation is on that key's list
-// cannot find it, and the operation's first TryComplete may have run
-// before the change the check was made for. Kafka therefore calls
-// TryComplete a second time once every key is watched. That second call is
-// only needed if such a check happened: a check counts itself under the
-// shard's lock, the Watch adds the operation under the same lock, so a
-// check that came first is counted by the time the Watch reads the count.
-// If Mark's earlier reading already saw that check, the change it was made
-// for came before the first TryComplete, which saw it (the Go memory
-// model: the check's count is an atomic written after the change). So
-// unless a count moved between Mark and Watch, the first TryComplete has
-// seen everything a check could have missed. A check that comes after
-// the operation is on the list finds it, and if it finds the operation's
-// lock held it leaves a note for the holder (package lifecycle).
-type Marks struct {
-	n      int // keys marked; 0 when there were more than maxMarks
-	hashes [maxMarks]uint64
-	checks [maxMarks]uint64
-}
-
-// maxMarks is how many keys Marks follows. An operation watched on more
-// keys is always tried a second time.
-const maxMarks = 8
-
-// Mark fills m for keys. The caller holds the operation's lock and has
-// not yet called its first TryComplete.
-func (w *Watchers[K]) Mark(keys []K, m *Marks) {
-	m.n = 0
-	if len(keys) > maxMarks {
-		return
-	}
-	for i, k := range keys {
-		sh, hash := w.locate(k)
-		m.hashes[i], m.checks[i] = hash, sh.checks.Load()
-	}
-	m.n = len(keys)
-}
-
 // Watch adds h to the list of each key; with levels (one per key), at
 // that level (see CheckUpTo). The caller holds the operation's lock (see
 // package purgatory). A key given twice is watched twice, as in Kafka. If
@@ -416,30 +346,6 @@ func (w *Watchers[K]) Watch(h *lifecycle.Handle, keys []K, levels []int64, m *Ma
 		w.count(first).Add(int64(len(keys)))
 	}
 	return missed
-}
-
-// push appends h. The caller holds the shard's lock.
-func (l *list[K]) push(h *lifecycle.Handle) {
-	l.chunks.Push(h)
-	l.n++
-}
-
-// Chunks holds Handles in slices of the capacities chunkCaps gives, each
-// allocated full size: entries are never copied as it grows.
-type Chunks [][]*lifecycle.Handle
-
-// Push appends h to the last chunk, or to a new one if that is full.
-func (c *Chunks) Push(h *lifecycle.Handle) {
-	last := len(*c) - 1
-	if last < 0 || len((*c)[last]) == cap((*c)[last]) {
-		prev := 0
-		if last >= 0 {
-			prev = cap((*c)[last])
-		}
-		*c = append(*c, newChunk(nextChunkCap(prev)))
-		last++
-	}
-	(*c)[last] = append((*c)[last], h)
 }
 
 // compactLocked drops tombstones from l, keeping the order of the rest,

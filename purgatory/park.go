@@ -1,0 +1,286 @@
+package purgatory
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
+	"github.com/purgatory-go/purgatory/internal/watchers"
+	"github.com/purgatory-go/purgatory/operation"
+)
+
+// TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
+// on every key and starts its timeout. It returns true if op completed
+// during the call by its own TryComplete. Once parked, op completes through
+// CheckAndComplete on any of its keys, a ForceComplete, its timeout (which
+// ResetTimeout moves), its context (operation.WithContext), CompleteForKey
+// on any of its keys or Shutdown, whichever comes first; or leaves through
+// CancelForKey.
+//
+// The operation's lock is held from parking it, across the first
+// TryComplete, watching every key, and a last TryComplete, so a
+// CheckAndComplete that runs in between is never lost (see the package
+// documentation). The last TryComplete is made only if such a check ran:
+// an operation parked while no check looked at its keys' shards is tried
+// once, not twice as in Kafka.
+//
+// An operation whose lock is an operation.SharedLock that is held (by a
+// callback running under it, say, parking the next operation of a group)
+// is refused now if it must be, and otherwise parked by whoever unlocks
+// the lock next, before it releases it: the call returns false at once.
+// Waiting for the lock could wait for the caller itself.
+//
+// It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
+// uninitialised operation, an operation already parked, completed or
+// cancelled (ErrAlreadyWatched), more than operation.MaxKeys keys
+// (ErrTooManyKeys), WithMaxPending operations already pending (ErrFull), or
+// after Shutdown (ErrShutdown).
+func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
+	if len(keys) == 0 {
+		return false, ErrNoKeys
+	}
+	if p.isNil(op) {
+		return false, ErrNilOperation
+	}
+	o := lifecycle.Of(op)
+	if !lifecycle.Initialised(o) {
+		return false, fmt.Errorf("%w (%w)", ErrNotInitialised, operation.ErrNotInitialised)
+	}
+	if p.closed.Load() {
+		if p.obs != nil {
+			p.obs.refused(o, len(keys), ErrShutdown)
+		}
+		return false, ErrShutdown
+	}
+	if len(keys) > operation.MaxKeys {
+		return false, ErrTooManyKeys
+	}
+	// The levels, for an operation watched at levels, are asked for before
+	// anything is parked: a WatchLevel that panics leaves nothing behind.
+	var levels []int64
+	if p.leveled != levelsNever {
+		levels = p.levels(op, keys)
+	}
+	if !p.tracker.Reserve() {
+		p.full.Add(1)
+		if p.obs != nil {
+			p.obs.refused(o, len(keys), ErrFull)
+		}
+		return false, ErrFull
+	}
+	l, ok := lifecycle.LockForPark(o)
+	if !ok {
+		return p.deferPark(op, o, keys, levels)
+	}
+	done, err := p.park(o, keys, levels, false)
+	lifecycle.UnlockAfterPark(o, l)
+	return done, err
+}
+
+// deferPark hands the park of op, whose SharedLock is held, to whoever
+// unlocks it next: perhaps this goroutine, in a callback of an operation
+// that shares the lock, where waiting for the lock would never end. What
+// can be refused is refused now, a second park of op among it; the rest
+// of the park, from its first TryComplete on, runs at the unlock, under
+// the lock.
+func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
+	held := slices.Clone(keys) // the caller may reuse its slice once we return
+	p.at(stepDeferred)
+	deferred := lifecycle.DeferPark(o, func() {
+		_, err := p.park(o, held, levels, true)
+		switch {
+		case err == nil:
+		case lifecycle.IsCompleted(o) && !lifecycle.IsCancelled(o):
+			// A ForceComplete from a goroutine that did not hold the lock
+			// came first. The call that accepted op reported it parked:
+			// count it as an early completion, as if it had been.
+			p.tracker.CountUnparked(o, len(held))
+		default:
+			// Nothing else can refuse it: DeferPark refuses a second park
+			// while this one is deferred, and only Init clears that.
+			p.logger.Error("purgatory: deferred park refused", p.logAttrs(
+				"operation", fmt.Sprintf("%T", op), "err", err)...)
+		}
+	})
+	if !deferred {
+		p.tracker.Unreserve()
+		return false, ErrAlreadyWatched
+	}
+	return false, nil
+}
+
+// park is TryCompleteElseWatch from the moment op's lock is held, until
+// just before it is released; deferred says the park was deferred by a
+// held SharedLock (lifecycle.DeferPark). It has taken a place (Reserve)
+// that park gives back if it parks nothing.
+//
+// Everything happens under the lock: the park, the first TryComplete, the
+// watches, the last TryComplete and the timeout's Add. The Add is last,
+// and the operation counts as pending (NumDelayed) only once it is done:
+// a test that waits for NumDelayed and then advances a MockTimer finds
+// the timeout in the timer, its deadline measured at the park. An Add
+// never runs the expiry itself (timer.Timer), and an expiry run by
+// whoever advances the timer waits for the lock, so the Add is safe here.
+func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferred bool) (done bool, err error) {
+	var now int64
+	if p.obs != nil {
+		now = p.now()
+	}
+	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
+	if !ok {
+		p.tracker.Unreserve()
+		return false, ErrAlreadyWatched
+	}
+	defer lifecycle.Arrived(o, &p.tracker, len(keys))
+	lifecycle.ArmContext(o)
+	// Where the checks of the keys stand before the first TryComplete:
+	// the last TryComplete is needed only if a check ran meanwhile and
+	// looked for op before it was watched (watchers.Marks).
+	var marks watchers.Marks
+	p.watchers.Mark(keys, &marks)
+	p.at(stepParked)
+	if lifecycle.TryCompleteLocked(o) {
+		return true, nil
+	}
+	p.at(stepTried)
+	missed := false
+	// Park counted the entries. A ForceComplete since (it takes no lock)
+	// has uncounted them, and they would be tombstones: push none.
+	if !lifecycle.IsCompleted(o) {
+		missed = p.watchers.Watch(h, keys, levels, &marks)
+	}
+	p.at(stepWatched)
+	if lifecycle.LastTryLocked(o, missed) {
+		return true, nil
+	}
+	p.addTimeout(o)
+	p.at(stepTimed)
+	return false, nil
+}
+
+// addTimeout adds the timeout of o, which its park holds the lock of. If
+// the timer refused it (it is closed: Shutdown is under way), or Shutdown
+// may have collected the pending operations before o was watched, o is
+// expired now rather than left without a timeout, unless
+// WithLeavePendingOnShutdown asks for pending operations to be left. If a
+// completion ran before the Add, its cancel found nothing to take out, and
+// the entry is taken out here (as Kafka re-checks after adding).
+func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) {
+	if p.timer != nil && !lifecycle.IsCompleted(o) {
+		if p.timer.Add(lifecycle.Task(o)) != nil {
+			if !p.leavePending {
+				lifecycle.ExpireLocked(o, lifecycle.Shutdown)
+			}
+			return
+		}
+		lifecycle.CancelTimerIfDone(o)
+	}
+	if p.closed.Load() && !p.leavePending {
+		lifecycle.ExpireLocked(o, lifecycle.Shutdown)
+	}
+}
+
+// CancelForKey stops watching key and returns the pending operations that
+// were watching it, each once: those watching key without a level in the
+// order they were parked, then those watching it at a level (Leveled),
+// lowest level first and, at one level, in the order parked. Each is taken
+// out of the purgatory: its timeout is cancelled, it is released from all
+// its keys, and no callback runs. The caller owns them: answer them (a
+// ForceComplete still runs OnComplete) or drop them. They cannot be parked
+// again.
+//
+// Kafka leaves such an operation watched on its other keys, with no
+// timeout: if none of those keys is checked again, it hangs. Here it leaves
+// the purgatory whole.
+//
+// CancelForKey waits for each operation's lock, so that a check running
+// its TryComplete finishes first; an operation that check completes is
+// not returned. Do not call it while holding an operation's lock (from a
+// TryComplete, or an OnComplete under a lock shared with the operations on
+// key).
+func (p *Purgatory[K, T]) CancelForKey(key K) []T {
+	ops := p.watchers.Remove(key)
+	if len(ops) == 0 {
+		return nil
+	}
+	p.at(stepCancelRemoved)
+	out := make([]T, 0, len(ops))
+	for _, o := range ops {
+		if lifecycle.Cancel(o) {
+			if op, ok := lifecycle.Self(o).(T); ok {
+				out = append(out, op)
+			}
+		}
+	}
+	return out
+}
+
+// CompleteForKey completes every pending operation watching key, each
+// once, and returns how many it completed. Each completes as if by
+// ForceComplete, except that its Cause reports cause: OnComplete runs,
+// OnExpiration does not, and it is counted in Stats.CompletedForKey. Use
+// it to answer everything waiting on something that has gone (a group
+// unloaded, a partition's leadership moved away) now, with an error,
+// rather than at each operation's timeout. A nil cause is allowed: Cause
+// then reports nil, as for an early completion.
+//
+// Like CancelForKey it stops watching key; operations parked on key after
+// it has run are not completed. Like ForceComplete it takes no lock, so a
+// callback running under a lock the operations share may call it; a
+// check running an operation's TryComplete at the same moment may see
+// its ForceComplete lose.
+func (p *Purgatory[K, T]) CompleteForKey(key K, cause error) int {
+	ops := p.watchers.Remove(key)
+	if len(ops) == 0 {
+		return 0
+	}
+	p.at(stepCancelRemoved)
+	c := &cause
+	n := 0
+	for _, o := range ops {
+		if lifecycle.CompleteWith(o, c) {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetTimeout gives op, pending in this purgatory, the timeout timeout
+// from now: its deadline moves, earlier or later, and Timeout reports the
+// new one. It reports whether op was pending: false, changing nothing, if
+// it had completed (by any path, including its old deadline, which wins a
+// race with the reset once its expiry has completed it), been cancelled,
+// was never parked here, or the purgatory has been shut down. A timeout
+// of zero or less makes op due at once: it expires on the reaper (with a
+// MockTimer, at the next Advance), never inside this call. Like a timer's
+// Add it costs O(1), and it allocates nothing.
+//
+// It is how a session is kept alive: Kafka's group coordinator completes
+// a member's heartbeat operation and parks a new one at every heartbeat;
+// here the one operation stays parked, on its keys, and its deadline moves.
+//
+// ResetTimeout takes no lock of op's, so a callback running under a lock
+// op shares may call it. With WithoutTimer nothing expires: only the
+// timeout that Timeout reports changes.
+func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
+	if p.isNil(op) || p.closed.Load() {
+		return false
+	}
+	o := lifecycle.Of(op)
+	if !lifecycle.PendingIn(o, &p.tracker) || !lifecycle.Reset(o, timeout) {
+		return false
+	}
+	p.at(stepReset)
+	if p.timer == nil {
+		return true
+	}
+	// A closed timer refuses the Add: Shutdown expires op (or leaves it)
+	// with every other pending operation, as it finds them on the watch
+	// lists once the timer is closed.
+	if p.timer.Add(lifecycle.Task(o)) != nil {
+		return false
+	}
+	lifecycle.CancelTimerIfDone(o)
+	return true
+}
