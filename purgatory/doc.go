@@ -79,9 +79,14 @@
 // timer.MockTimer's Advance), and the expiry waits for the operation's
 // lock, so it never comes between the steps of a park. A test that waits
 // for NumDelayed() == n and then advances a MockTimer past the timeout
-// therefore expires all n. The purgatory reads its clock through the
-// timer's Now, whatever the timer, and inside a testing/synctest bubble a
-// purgatory made with default options runs on the bubble's fake time.
+// therefore expires all n. A timer of package timer (the purgatory's own,
+// or a MockTimer) stages a timeout 800 ms or more away and files it into its
+// wheels within 400 ms, at the deadline the park fixed; an operation that
+// completes before then takes it out with one compare-and-swap. The
+// purgatory reads its clock through the timer's Now, whatever the timer
+// (with WithoutTimer, timer.SystemClock), and inside a testing/synctest
+// bubble a purgatory made with default options runs on the bubble's fake
+// time.
 //
 // # Lock order
 //
@@ -91,8 +96,10 @@
 //     add-lock, then a bucket's.
 //
 // A park holds 1 while it adds the timeout (3); the expiry, run by whoever
-// advances the timer, takes 1 holding none of 3. No user callback runs
-// under a shard or timer lock. Callers must not call
+// advances the timer, takes 1 holding none of 3, and under it holds the
+// add-lock of the operation's timer entry for a few instructions, letting
+// go before any callback. No user callback runs under a shard or timer
+// lock. Callers must not call
 // CheckAndComplete while holding a lock that some TryComplete takes (a
 // SharedLock excepted): the check would have to leave a note for a holder
 // that is waiting on the caller. CancelForKey and Shutdown wait for
@@ -116,7 +123,7 @@
 //
 // # Memory
 //
-// A parked operation costs about 137 bytes beyond its own fields, watched on
+// A parked operation costs about 124 bytes beyond its own fields, watched on
 // three keys (Kafka's: about 232). Watch lists hold a small handle instead of
 // the operation; completing or cancelling the operation clears the handle,
 // so it is released from every key at once (Kafka leaves it on its other keys

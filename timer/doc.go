@@ -134,6 +134,23 @@
 // goroutine for 10 ms or more; an Add that finds it 2 ms behind the timer's
 // clock wakes it and yields once (see SystemTimer.Add).
 //
+// # Staging far deadlines
+//
+// A SystemTimer holds back the timeouts of package purgatory's operations
+// (the operation's handle is the task a park adds) whose deadline is
+// 800 ms or more away: Add marks the entry and appends the handle to a
+// staging slice instead of filing it into a bucket, and every 400 ms the
+// goroutine advancing the timer (a [Reaper], AdvanceClock, a [MockTimer]'s
+// Advance) files those still pending into the wheels at the deadlines
+// their Adds fixed. Most far deadlines never come (a produce waits
+// milliseconds for its replicas and has 30 s to do it), and cancelling a
+// staged task is one compare-and-swap, with no bucket lock and no
+// neighbours' links to write. Staged tasks count in Size and run in the
+// Advance that passes their deadline; nothing else is put in the timer
+// for them. An operation's completion clears its handle, so a completed
+// operation is unreachable from the timer at once. A task that embeds
+// [TaskBase] is never staged: it is filed at once, whatever its deadline.
+//
 // # Precision
 //
 // A task never runs before its deadline. Deadlines are rounded up to the next
