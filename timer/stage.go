@@ -58,7 +58,7 @@ const (
 	// stageStripes is how many slices, picked by the entry's address,
 	// concurrent Adds spread over.
 	stageStripes = 16
-	// stageChunk is how many tasks a chunk of a stripe holds (4 KiB).
+	// stageChunk is how many Refs a chunk of a stripe holds (2 KiB).
 	stageChunk = 256
 )
 

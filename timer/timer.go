@@ -84,10 +84,11 @@ type waker interface{ wake() }
 // moves the wheels. Expired tasks run on executor goroutines, never under a
 // timer lock, so a task may Add itself or others again.
 type SystemTimer struct {
-	name  string
-	clock Clock   // read through now: the one origin of the timer's time
-	tick  int64   // nanoseconds per tick
-	per   divisor // divides by tick
+	name     string
+	clock    Clock   // read through now: the one origin of the timer's time
+	sysClock bool    // clock is SystemClock
+	tick     int64   // nanoseconds per tick
+	per      divisor // divides by tick
 	// lastTick is the last tick whose start the clock can reach.
 	lastTick int64
 	// never holds the entries whose deadline no clock reaches (tickOf).
@@ -147,6 +148,7 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	if t.logger == nil {
 		t.logger = slog.Default()
 	}
+	_, t.sysClock = c.clock.(SystemClock)
 	t.never.Init()
 	t.staged.init()
 	t.queue = newDelayQueue(t.now, c.clock, c.tick)
@@ -161,7 +163,15 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 // default SystemClock), on which its deadlines are measured.
 func (t *SystemTimer) Now() time.Duration { return t.clock.Now() }
 
-func (t *SystemTimer) now() time.Duration { return t.clock.Now() }
+// now reads the clock: SystemClock's Now directly when that is the clock
+// (it inlines, where a call through the interface does not: 2% of
+// BenchmarkAddCancelNewTask), the same reading either way.
+func (t *SystemTimer) now() time.Duration {
+	if t.sysClock {
+		return SystemClock{}.Now()
+	}
+	return t.clock.Now()
+}
 
 func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
 

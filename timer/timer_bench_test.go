@@ -28,28 +28,21 @@ func randomHour(r *rand.Rand) time.Duration {
 
 // loadedWheel returns a timer with pending tasks waiting, spread over an
 // hour, and stops the benchmark's clock before closing it.
-//
-// A Reaper advances it, as one always does in use (the runtime's timers
-// are advanced by the runtime): a timer that nobody advances never files
-// what it holds back (timer/stage.go), and would measure a heap that only
-// grows. The load is in the wheels before the benchmark starts.
 func loadedWheel(b *testing.B, pending int) *timer.SystemTimer {
 	b.Helper()
 	tm, err := timer.NewSystemTimer("bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	reaper := timer.NewReaper("bench", tm)
 	r := rand.New(rand.NewPCG(1, 2))
 	others := make([]nopTask, pending)
 	for i := range others {
 		others[i].SetDelay(randomHour(r))
 		_ = tm.Add(&others[i])
 	}
-	time.Sleep(time.Second) // the staged load is filed
 	b.Cleanup(func() {
 		runtime.KeepAlive(others)
-		_ = reaper.Close()
+		_ = tm.Close()
 	})
 	return tm
 }
