@@ -235,7 +235,7 @@ func heapAlloc() int64 {
 // iteration, two ways: moving the one parked operation's deadline
 // (ResetTimeout), or Kafka's way, completing it and parking a new one on
 // the member's key. Sessions are 10 s long on the purgatory's own timer,
-// so each is held back by the deferral when parked, as a real session is.
+// so each is staged by the timer when parked, as a real session is.
 func BenchmarkHeartbeat(b *testing.B) {
 	const members = 10_000
 	const session = 10 * time.Second

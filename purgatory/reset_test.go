@@ -15,8 +15,8 @@ import (
 )
 
 // A reset moves the deadline later and earlier, never early, and Timeout
-// reports the new timeout: for short timeouts, which go into the timer at
-// park, and long ones, which wait in the deferral first.
+// reports the new timeout: for short timeouts, which go into the wheels at
+// park, and long ones, which the timer stages first (timer/stage.go).
 func TestResetTimeoutMovesTheDeadline(t *testing.T) {
 	t.Parallel()
 	for _, base := range []time.Duration{100 * time.Millisecond, 2 * time.Second} {

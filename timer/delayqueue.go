@@ -195,7 +195,7 @@ func (q *delayQueue) late(now int64) bool { return now > q.lateAt.Load() }
 // behind: on a MockClock nothing polls (MockTimer advances with pollDue),
 // and inside a testing/synctest bubble fake time moves only once every
 // goroutine is blocked, so the poll wakes before its bucket is late.
-// TestBusyAdderGivesWayToExpiry, and examples/purgatory_perf with
+// BenchmarkBusyAdderExpiryLateness, and examples/purgatory_perf with
 // -timeout 200 -pct50 10000 -pct75 10000 (docs/benchmarks.md, D), show what
 // it buys.
 func (q *delayQueue) nudge(now int64) {
