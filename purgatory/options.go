@@ -38,8 +38,8 @@ var (
 	ErrInvalidOption = errors.New("purgatory: invalid option")
 )
 
-// DefaultPurgeInterval is Kafka's default purge interval.
-const DefaultPurgeInterval = 1000
+// defaultPurgeInterval is Kafka's default purge interval.
+const defaultPurgeInterval = 1000
 
 // Option configures a Purgatory.
 type Option interface{ apply(*config) }
@@ -165,5 +165,5 @@ func WithLeavePendingOnShutdown() Option {
 }
 
 func defaultConfig() config {
-	return config{purgeInterval: DefaultPurgeInterval, shards: watchers.DefaultShards}
+	return config{purgeInterval: defaultPurgeInterval, shards: watchers.DefaultShards}
 }

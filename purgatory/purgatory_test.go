@@ -404,7 +404,7 @@ func TestBadInput(t *testing.T) {
 	_, err = purgatory.New[string, *mockOp]("bad", purgatory.WithPurgeInterval(-1))
 	assert.ErrorIs(t, err, purgatory.ErrInvalidOption)
 	_, err = purgatory.New[string, *mockOp]("bad", purgatory.WithTimerOptions(timer.WithTick(0)))
-	assert.ErrorIs(t, err, timer.ErrInvalidTick)
+	assert.ErrorIs(t, err, timer.ErrInvalidOption)
 	assert.Panics(t, func() { (&mockOp{}).Init(newOp(0), time.Second) }, "Init with another operation")
 }
 

@@ -479,7 +479,7 @@ func TestHugeDelaySaturates(t *testing.T) {
 func TestBucketSizeAsDocumented(t *testing.T) {
 	assert.Equal(t, uintptr(640), unsafe.Sizeof(bucket{}))
 	_, err := NewSystemTimer("big", WithWheelSize(MaxWheelSize+1))
-	assert.ErrorIs(t, err, ErrInvalidWheelSize)
+	assert.ErrorIs(t, err, ErrInvalidOption)
 	st, err := NewSystemTimer("max", WithWheelSize(MaxWheelSize))
 	assert.NoError(t, err)
 	st.Close()

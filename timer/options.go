@@ -2,6 +2,7 @@ package timer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -13,23 +14,18 @@ var (
 	ErrClosed = errors.New("timer: closed")
 	// ErrNilTask is returned by Add for a nil task.
 	ErrNilTask = errors.New("timer: nil task")
-	// ErrInvalidTick is returned by NewSystemTimer for a tick <= 0.
-	ErrInvalidTick = errors.New("timer: tick must be positive")
-	// ErrInvalidWheelSize is returned by NewSystemTimer for a wheel size
-	// below 2 (with one bucket a level would overflow into a level with the
-	// same tick, for ever) or above MaxWheelSize.
-	ErrInvalidWheelSize = errors.New("timer: wheel size must be from 2 to MaxWheelSize")
-	// ErrInvalidExecutors is returned by NewSystemTimer for a negative
-	// number of executor goroutines.
-	ErrInvalidExecutors = errors.New("timer: executors must not be negative")
-	// ErrNilClock is returned by NewSystemTimer for WithClock(nil).
-	ErrNilClock = errors.New("timer: nil clock")
+	// ErrInvalidOption is returned by NewSystemTimer for an option out of
+	// range: a tick of zero or less, a wheel size below 2 (with one bucket
+	// a level would overflow into a level with the same tick, for ever) or
+	// above MaxWheelSize, a negative number of executors, a nil clock. The
+	// error's text says which.
+	ErrInvalidOption = errors.New("timer: invalid option")
 )
 
-// Defaults, as in Kafka's SystemTimer.
+// The defaults, as in Kafka's SystemTimer.
 const (
-	DefaultTick      = time.Millisecond
-	DefaultWheelSize = 20
+	defaultTick      = time.Millisecond
+	defaultWheelSize = 20
 )
 
 // reaperPoll is how long a Reaper waits in AdvanceClock per call (Kafka's
@@ -55,23 +51,24 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		tick:      DefaultTick,
-		wheelSize: DefaultWheelSize,
+		tick:      defaultTick,
+		wheelSize: defaultWheelSize,
 		clock:     SystemClock{},
 		executors: 1,
 	}
 }
 
 func (c *config) validate() error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s", ErrInvalidOption, why) }
 	switch {
 	case c.tick <= 0:
-		return ErrInvalidTick
+		return bad("tick must be positive")
 	case c.wheelSize < 2 || c.wheelSize > MaxWheelSize:
-		return ErrInvalidWheelSize
+		return bad(fmt.Sprintf("wheel size must be from 2 to %d", MaxWheelSize))
 	case c.executors < 0:
-		return ErrInvalidExecutors
+		return bad("executors must not be negative")
 	case c.clock == nil:
-		return ErrNilClock
+		return bad("nil clock")
 	}
 	return nil
 }

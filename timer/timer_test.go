@@ -165,12 +165,12 @@ func TestBadInput(t *testing.T) {
 			opt  timer.Option
 			want error
 		}{
-			{timer.WithTick(0), timer.ErrInvalidTick},
-			{timer.WithTick(-time.Millisecond), timer.ErrInvalidTick},
-			{timer.WithWheelSize(0), timer.ErrInvalidWheelSize},
-			{timer.WithWheelSize(1), timer.ErrInvalidWheelSize},
-			{timer.WithExecutors(-1), timer.ErrInvalidExecutors},
-			{timer.WithClock(nil), timer.ErrNilClock},
+			{timer.WithTick(0), timer.ErrInvalidOption},
+			{timer.WithTick(-time.Millisecond), timer.ErrInvalidOption},
+			{timer.WithWheelSize(0), timer.ErrInvalidOption},
+			{timer.WithWheelSize(1), timer.ErrInvalidOption},
+			{timer.WithExecutors(-1), timer.ErrInvalidOption},
+			{timer.WithClock(nil), timer.ErrInvalidOption},
 		}
 		for _, c := range cases {
 			st, err := timer.NewSystemTimer("bad", c.opt)
