@@ -31,7 +31,10 @@ import (
 // timeouts every task added within a level-2 bucket's span shares that
 // bucket, and the Adds and Cancels of two cores contend for its four
 // stripes. examples/purgatory_perf with -timeout 1000 -pct50 50 -pct75 75
-// (docs/benchmarks.md, C) measures what it saves.
+// (docs/benchmarks.md, C) measures what it saves: at 90ac07b, against the
+// same build with nothing staged, alternated, medians of 12, 1.03x the
+// rate and 0.97x the CPU a request, for 1.10x the peak RSS. That is a
+// small gain: drop staging if a change elsewhere makes it noise.
 //
 // Staged tasks are the timer's pending tasks like any other: Size counts them, an
 // Advance that passes their deadlines runs them, and nothing else is put
