@@ -567,6 +567,9 @@ func expire(o *Op) bool {
 		if s&(stParked|stCompleted) != stParked || !e.IsFired() {
 			break
 		}
+		if hk := o.t.Hooks; hk != nil && hk.Deciding != nil {
+			hk.Deciding(o)
+		}
 		// A failed swap is a note left by a check, or a lock-free
 		// completion that won: look again.
 		end, done = o.swapCompleted(s, Expired)

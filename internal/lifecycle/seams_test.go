@@ -276,3 +276,33 @@ func TestCompletionBetweenCauseAndSwap(t *testing.T) {
 		})
 	}
 }
+
+// Regression (issue 30, defect 9): the expiry decides holding its entry's
+// add-lock, from its check that the entry is the one that fired to its
+// completing swap. A Reset that comes exactly then waits for the lock, and
+// finds the operation completed: it reports false, and the operation
+// expired at its old deadline. Before, the expiry claimed the entry and
+// then swapped, and a Reset between the two reported false while the
+// operation was still pending.
+func TestResetWaitsForTheExpirysDecision(t *testing.T) {
+	o := newSeamOp(context.Background())
+	var tr Tracker
+	reset := make(chan bool, 1)
+	tr.Hooks = &Hooks{Deciding: func(op *Op) {
+		go func() { reset <- Reset(op, time.Hour) }()
+		select {
+		case got := <-reset:
+			t.Errorf("a Reset returned %v while the expiry held the add-lock", got)
+			reset <- got
+		case <-time.After(100 * time.Millisecond): // it waits, as it must
+		}
+	}}
+	_, ok := parkCounted(&o.Op, &tr, 0, 1, false)
+	require.True(t, ok)
+	require.True(t, expire(&o.Op), "the entry fired and nothing had moved it")
+	assert.False(t, <-reset, "the Reset found the operation completed")
+	assert.Equal(t, 1, o.expiries)
+	k, done := KindOf(&o.Op)
+	assert.True(t, done)
+	assert.Equal(t, Expired, k)
+}

@@ -117,6 +117,9 @@ type Hooks struct {
 	// fired and the operation pending, before it takes the entry's
 	// add-lock to decide.
 	Claimed func(o *Op)
+	// Deciding runs in that expiry holding the entry's add-lock, just
+	// before its completing swap.
+	Deciding func(o *Op)
 	// CauseStored runs in CompleteWith once the cause is stored, before
 	// the completing swap.
 	CauseStored func(o *Op)
