@@ -109,6 +109,12 @@ func isNilValue(v any) bool {
 // Task's Run expires the operation. Its Now is the clock an Observer's
 // time in purgatory is measured on. A nil t makes New return
 // ErrInvalidOption.
+//
+// A Timer of package timer (SystemTimer, MockTimer, a Reaper of either)
+// lets ResetTimeout stop an expiry that the old deadline had already made
+// due. A Timer of your own cannot tell the lifecycle which Add a Run is
+// for: a Run it makes for a deadline a reset has since moved still
+// expires the operation.
 func WithTimer(t timer.Timer) Option {
 	return optionFunc(func(c *config) { c.timer, c.timerSet = t, true })
 }

@@ -106,22 +106,17 @@ func (e *Entry) HoldAdd() {
 // the clock (Add moves nothing that is cancelled, it places it anew). A
 // run that fired before it finds the entry no longer fired (IsFired). The
 // caller holds the add-lock (HoldAdd), so that an Add (or a refile by the
-// timer) of the same entry reads either the old delay or the new one. It
-// returns the delay it replaced. The caller's UnlockAdd takes the entry
-// out of its bucket.
-func (e *Entry) RescheduleHeld(delay time.Duration) (old time.Duration) {
+// timer) of the same entry reads either the old delay or the new one.
+// The caller's UnlockAdd takes the entry out of its bucket.
+func (e *Entry) RescheduleHeld(delay time.Duration) {
 	for {
 		w := e.State.Load()
 		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
 			break
 		}
 	}
-	return time.Duration(atomic.SwapInt64(&e.Delay, int64(delay)))
+	atomic.StoreInt64(&e.Delay, int64(delay))
 }
-
-// SetDelay stores delay as the next Add's, for an owner that takes back a
-// Reschedule.
-func (e *Entry) SetDelay(delay time.Duration) { atomic.StoreInt64(&e.Delay, int64(delay)) }
 
 // Deadline returns when an entry with delay nanoseconds is due if added at
 // now: now+delay, math.MaxInt64 if that overflows (a deadline no clock
