@@ -119,10 +119,10 @@ func WithContext(ctx context.Context) InitOption { return contextOption{ctx} }
 // Init binds the Base to the operation that embeds it and sets its timeout.
 // A timeout of zero or less expires the operation as soon as it is parked;
 // one longer than 73 years is taken as 73 years.
-// Init panics if self is nil or does not embed this Base, if the operation
-// is already parked, completed or cancelled, or if self's type declares a
-// method named ExpireEntry: Base provides one, through which the timer
-// expires the operation, and a method of the same name would hide it.
+// Init panics if self is nil or does not embed this Base, or if the
+// operation is already parked, completed or cancelled. Base adds no method
+// to self's type beyond those documented here, so self may declare any
+// other method (a Run of its own, say) without effect on the lifecycle.
 func (b *Base) Init(self DelayedOperation, timeout time.Duration, opts ...InitOption) {
 	if self == nil || lifecycle.Of(self) != b.op() {
 		panic("operation: Init must be given the operation that embeds this Base")

@@ -2,6 +2,7 @@ package operation_test
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,26 +128,48 @@ func TestNewFunc(t *testing.T) {
 	})
 }
 
-// shadowing declares a method named like the one Base gives the timer to
-// expire it by, hiding Base's.
-type shadowing struct{ operation.Base }
+// shadowing declares methods of its own named like the lifecycle's and
+// the timer's (Run, ExpireEntry), as a user's type is free to.
+type shadowing struct {
+	operation.Base
+	expired, theirs atomic.Int32
+}
 
 func (*shadowing) TryComplete() bool { return false }
 func (*shadowing) OnComplete()       {}
-func (*shadowing) OnExpiration()     {}
-func (*shadowing) ExpireEntry()      {}
+func (s *shadowing) OnExpiration()   { s.expired.Add(1) }
+func (s *shadowing) Run()            { s.theirs.Add(1) }
+func (s *shadowing) ExpireEntry()    { s.theirs.Add(1) }
 
-// An operation type that hides Base's ExpireEntry could never be expired by
-// the timer: Init refuses it at once, naming the type, rather than letting
-// it hang until its purgatory shuts down.
-func TestInitRefusesATypeHidingExpireEntry(t *testing.T) {
+// The timer reaches an operation through the target its purgatory sets,
+// not through a method of the user's type: one that declares Run and
+// ExpireEntry of its own is accepted by Init and expires like any other,
+// and neither method is called.
+func TestUsersMethodsDoNotReachTheLifecycle(t *testing.T) {
+	mt := timer.NewMockTimer()
+	p, err := purgatory.New[string, *shadowing]("shadow", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
 	op := &shadowing{}
-	defer func() {
-		r := recover()
-		require.NotNil(t, r, "Init did not panic")
-		assert.Contains(t, r, "*operation_test.shadowing declares a method ExpireEntry")
-	}()
 	op.Init(op, time.Second)
+	done, err := p.TryCompleteElseWatch(op, "k")
+	require.NoError(t, err)
+	require.False(t, done)
+	assert.Equal(t, 1, mt.Advance(time.Second))
+	assert.True(t, op.IsExpired())
+	assert.Equal(t, int32(1), op.expired.Load())
+	assert.Zero(t, op.theirs.Load(), "the user's Run or ExpireEntry was called")
+}
+
+// A type that embeds Base gets exactly the methods Base's docs describe:
+// nothing of the lifecycle or the timer is promoted onto it.
+func TestBaseMethodSetIsDocumented(t *testing.T) {
+	var names []string
+	typ := reflect.TypeOf(&struct{ operation.Base }{})
+	for i := range typ.NumMethod() {
+		names = append(names, typ.Method(i).Name)
+	}
+	assert.Equal(t, []string{"Cause", "ForceComplete", "Init", "IsCancelled", "IsCompleted", "IsExpired", "Timeout"}, names)
 }
 
 // ForceComplete of an operation never initialised panics with a message

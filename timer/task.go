@@ -54,27 +54,16 @@ func (b *TaskBase) Cancel() bool { return b.entry().Cancel() }
 // again afterwards.
 func (b *TaskBase) IsCancelled() bool { return b.entry().IsCancelled() }
 
-// expirer is implemented by an entry's owner that is not the Task embedding
-// it: the operation lifecycle's. ExpireEntry reports false when e is not
-// the owner's own entry, and the timer then treats the owner as a Task.
-type expirer interface {
-	ExpireEntry(e *tasklist.Entry) bool
-}
-
-// run runs an expired entry: the owner's expiry if the owner is an
-// operation (whose own Run method, if it has one, is never consulted), or
-// else the Task that embeds the entry.
+// run runs an expired entry: the expiry target's ExpireEntry if the entry
+// is an operation's (whose own Run method, if it has one, is never
+// consulted), or else the Task that embeds the entry.
 func run(e *tasklist.Entry) {
-	switch o := e.Owner.(type) {
-	case expirer:
-		if o.ExpireEntry(e) {
-			return
-		}
-		if t, ok := o.(Task); ok && tasklist.Of(t) == e {
-			t.Run()
-		}
-	case Task:
-		o.Run()
+	if x := tasklist.ExpirerOf(e); x != nil {
+		x.ExpireEntry(e)
+		return
+	}
+	if t, ok := e.Owner.(Task); ok {
+		t.Run()
 	}
 }
 

@@ -59,17 +59,19 @@ func Of(s Sealed) *Op { return s.lifecycleOp() }
 // of the purgatory it is parked in, and its Handle. It must not be copied
 // after Init.
 //
-// Op embeds the entry's holder, whose only promoted method is unexported,
+// Op embeds the entry's holder, whose promoted methods are all unexported,
 // so that Op, and a user's operation that embeds it through operation.Base,
 // satisfy tasklist.Sealed and nothing of the entry leaks into their method
-// sets. Its one exported method, ExpireEntry, is how the timer expires it.
+// sets. Op has no exported method: a timer of package timer expires it
+// through the expiry target Park sets, the Tracker.
 type Op struct {
+	// link holds the entry and its expiry target, the Tracker of the
+	// purgatory the operation parks in (o.tracker()). Park sets the target
+	// before its CAS, and only whoever has seen the operation parked (or
+	// cancelled, which comes after) reads it, so the CAS orders the two
+	// and the target needs no atomic store, which would cost a full
+	// barrier on every park.
 	link
-	// t is written by Park before its CAS and read only by whoever has
-	// seen the operation parked (or cancelled, which comes after), so the
-	// CAS orders the two and t needs no atomic store, which would cost a
-	// full barrier on every park.
-	t *Tracker
 	// h is the Handle the watch lists hold. For a fat operation it is the
 	// fatHandle Init made (stFat, set after it, publishes it), which Park
 	// fills in and keeps; otherwise Park sets it before its CAS, and only
@@ -79,7 +81,7 @@ type Op struct {
 }
 
 // link names the embedded holder so that the field is unexported.
-type link = tasklist.Base
+type link = tasklist.OpBase[Tracker, *Tracker]
 
 // ref names the Handle's embedded reference so that the field is
 // unexported.
@@ -87,7 +89,11 @@ type ref = tasklist.Ref
 
 func (o *Op) lifecycleOp() *Op { return o }
 
-func (o *Op) entry() *tasklist.Entry { return tasklist.EntryOf(&o.link) }
+func (o *Op) entry() *tasklist.Entry { return tasklist.OpEntry(&o.link) }
+
+// tracker returns the Tracker of the purgatory o parked in. Read it only
+// once o is seen parked or cancelled.
+func (o *Op) tracker() *Tracker { return tasklist.TargetOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
@@ -156,13 +162,13 @@ func (o *Op) self() Callbacks { return o.entry().Owner.(Callbacks) }
 func Self(o *Op) any { return o.entry().Owner }
 
 // Task returns the Handle of a parked operation as a timer.Task, to Add to
-// a timer. A package timer's timer expires the entry through its owner's
-// ExpireEntry; any other Timer calls the Handle's Run. Either way the
-// user's type is not consulted: a method of its own named Run has no
-// effect. A timer that holds the task a while before filing it (a
-// SystemTimer's staging of far deadlines) holds the Handle, which the
-// operation's completion clears: the operation is unreachable from the
-// timer at once.
+// a timer. A package timer's timer expires the entry through the target
+// Park set on it, the Tracker's ExpireEntry; any other Timer calls the
+// Handle's Run. Either way the user's type is not consulted: a method of
+// its own named Run has no effect. A timer that holds the task a while
+// before filing it (a SystemTimer's staging of far deadlines) holds the
+// Handle, which the operation's completion clears: the operation is
+// unreachable from the timer at once.
 func Task(o *Op) timer.Task { return o.h }
 
 // Run expires the operation, if it is still pending: the Task's Run, for
@@ -173,21 +179,15 @@ func (h *Handle) Run() {
 	}
 }
 
-// ExpireEntry expires the operation if e is its timer entry, and reports
-// whether it was. Package timer calls it on the entry's owner, the user's
-// operation, to which operation.Base promotes it; called with anything but
-// the operation's own entry (nil, say), it does nothing.
-func (o *Op) ExpireEntry(e *tasklist.Entry) bool {
-	if e != o.entry() {
-		return false
+// ExpireEntry expires the operation whose timer entry e is, if it is
+// still pending. A timer of package timer calls it for an entry whose
+// target is t (tasklist.ExpirerOf).
+func (t *Tracker) ExpireEntry(e *tasklist.Entry) {
+	if s, ok := e.Owner.(Sealed); ok {
+		if o := Of(s); o.entry() == e {
+			expire(o)
+		}
 	}
-	expire(o)
-	return true
-}
-
-// expirer is what package timer looks for in an entry's owner.
-type expirer interface {
-	ExpireEntry(e *tasklist.Entry) bool
 }
 
 // Handle is what watch lists, and a timer that stages the operation's
@@ -284,9 +284,6 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 	s := o.word().Load() // no one else writes it before the park
 	if s&unparkable != 0 {
 		panic("operation: Init of an operation already parked, completed or cancelled")
-	}
-	if _, ok := self.(expirer); !ok {
-		panic(fmt.Sprintf("operation: %T declares a method ExpireEntry, which hides operation.Base's", self))
 	}
 	e := o.entry()
 	e.Owner = self
@@ -388,7 +385,7 @@ func CompleteWith(o *Op, cause *error) bool {
 	if !x.cause.CompareAndSwap(nil, cause) {
 		return false
 	}
-	if hk := o.t.Hooks; hk != nil && hk.CauseStored != nil {
+	if hk := o.tracker().Hooks; hk != nil && hk.CauseStored != nil {
 		hk.CauseStored(o)
 	}
 	return o.complete(ForKey, true)
@@ -443,7 +440,7 @@ func (o *Op) swapCompleted(s uint32, k Outcome) (end int64, ok bool) {
 	// completion that then loses the swap is wasted, and rare. Once the
 	// operation is seen parked, its Tracker is safe to read.
 	if s&stParked != 0 {
-		if obs := o.t.Obs; obs != nil {
+		if obs := o.tracker().Obs; obs != nil {
 			end = obs.Now()
 		}
 	}
@@ -459,7 +456,7 @@ func (o *Op) completed(s uint32, k Outcome, end int64) {
 	// Park's write. Callbacks of one never parked run unrecovered.
 	var t *Tracker
 	if s&(stParked|stCancelled) != 0 {
-		t = o.t
+		t = o.tracker()
 	}
 	if s&stParked != 0 {
 		st := t.stripe(o)
@@ -554,7 +551,7 @@ func expire(o *Op) bool {
 	l.Lock()
 	w, e := o.word(), o.entry()
 	if s := w.Load(); s&(stParked|stCompleted) == stParked && e.IsFired() {
-		if hk := o.t.Hooks; hk != nil && hk.Claimed != nil {
+		if hk := o.tracker().Hooks; hk != nil && hk.Claimed != nil {
 			hk.Claimed(o)
 		}
 	}
@@ -567,7 +564,7 @@ func expire(o *Op) bool {
 		if s&(stParked|stCompleted) != stParked || !e.IsFired() {
 			break
 		}
-		if hk := o.t.Hooks; hk != nil && hk.Deciding != nil {
+		if hk := o.tracker().Hooks; hk != nil && hk.Deciding != nil {
 			hk.Deciding(o)
 		}
 		// A failed swap is a note left by a check, or a lock-free
@@ -638,7 +635,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 		x.parked = now
 		x.obs = t.Obs.Parked(o, x.ctx, watches)
 	}
-	o.t = t
+	tasklist.SetTarget(&o.link, t)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}
@@ -704,7 +701,7 @@ func ArmContext(o *Op) {
 		return
 	}
 	stop := context.AfterFunc(fh.ctx, func() { finish(o, Context) })
-	if hk := o.t.Hooks; hk != nil && hk.Registered != nil {
+	if hk := o.tracker().Hooks; hk != nil && hk.Registered != nil {
 		hk.Registered(o)
 	}
 	fh.stop.Store(&stop)
@@ -740,7 +737,7 @@ func Cancel(o *Op) bool {
 			break
 		}
 	}
-	t := o.t
+	t := o.tracker()
 	st := t.stripe(o)
 	st.left.Add(counts(watches(s)))
 	st.cancelled.Add(1)
@@ -765,8 +762,8 @@ func CancelTimerIfDone(o *Op) {
 // PendingIn reports whether the operation is parked in the purgatory that
 // counts in t, and has not completed.
 func PendingIn(o *Op, t *Tracker) bool {
-	// Seen parked: o.t is published.
-	return o.word().Load()&(stParked|stCompleted) == stParked && o.t == t
+	// Seen parked: the tracker is published.
+	return o.word().Load()&(stParked|stCompleted) == stParked && o.tracker() == t
 }
 
 // Reset gives a parked operation the timeout d, measured by the timer's

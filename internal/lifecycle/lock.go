@@ -61,7 +61,7 @@ func (l *opLock) Lock() {
 	o := l.op()
 	// Only a parked operation's Tracker may be read (see complete).
 	if o.word().Load()&stParked != 0 {
-		if hk := o.t.Hooks; hk != nil && hk.Contended != nil {
+		if hk := o.tracker().Hooks; hk != nil && hk.Contended != nil {
 			hk.Contended(o)
 		}
 	}
@@ -263,7 +263,7 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 }
 
 func (o *Op) tryComplete() (done bool) {
-	if t := o.t; t != nil { // checkable: parked, so Park's write is seen
+	if t := o.tracker(); t != nil { // checkable: parked, so Park's write is seen
 		if t.Obs != nil {
 			o.h.ext.Load().tries.Add(1)
 		}

@@ -53,8 +53,9 @@ type Entry struct {
 	// new operation would be a locked instruction on every request (an
 	// atomic store is an exchange on amd64), where a plain one is free.
 	Delay int64
-	// Owner is what the timer runs when the entry expires: the timer.Task
-	// that embeds it, or an operation (see package timer's run).
+	// Owner is what embeds the entry: the timer.Task that the timer runs
+	// when the entry expires, or an operation, whose expiry target the
+	// timer calls instead (ExpirerOf).
 	Owner any
 }
 
@@ -138,8 +139,9 @@ func Deadline(delay, now int64) int64 {
 // and a timer adds nothing for nil.
 type Ref struct{ e atomic.Pointer[Entry] }
 
-func (r *Ref) tasklistEntry() *Entry { return r.e.Load() }
-func (r *Ref) tasklistRef() *Ref     { return r }
+func (r *Ref) tasklistEntry() *Entry         { return r.e.Load() }
+func (r *Ref) tasklistRef() *Ref             { return r }
+func (r *Ref) tasklistOp() (*Entry, Expirer) { return nil, nil }
 
 // Set makes r refer to e.
 func (r *Ref) Set(e *Entry) { r.e.Store(e) }
@@ -151,13 +153,79 @@ func (r *Ref) Entry() *Entry { return r.e.Load() }
 // only its unexported sealing method, never the Entry's fields or methods.
 type Base struct{ e Entry }
 
-func (b *Base) tasklistEntry() *Entry { return &b.e }
-func (b *Base) tasklistRef() *Ref     { return nil }
+func (b *Base) tasklistEntry() *Entry         { return &b.e }
+func (b *Base) tasklistRef() *Ref             { return nil }
+func (b *Base) tasklistOp() (*Entry, Expirer) { return nil, nil }
 
-// Sealed is implemented by every type that embeds a Base.
+// Sealed is implemented by every type that embeds a Base or an OpBase, and
+// by *Ref.
 type Sealed interface {
 	tasklistEntry() *Entry
 	tasklistRef() *Ref
+	tasklistOp() (*Entry, Expirer)
+}
+
+// Expirer expires the entries of the operations that one owner parks (the
+// lifecycle's Tracker of one purgatory). The owner sets it on each
+// operation's OpBase before adding the entry to a timer, and the timer
+// calls ExpireEntry for the entry instead of running its Owner as a task.
+type Expirer interface{ ExpireEntry(e *Entry) }
+
+// Target is the constraint on an OpBase's target: a pointer to T that is
+// an Expirer.
+type Target[T any] interface {
+	*T
+	Expirer
+}
+
+// OpBase holds an operation's Entry and its expiry target, an Expirer of
+// type PT. Like Base, embedding it promotes only unexported methods, so
+// nothing of it reaches a user's type that embeds it in turn. The target
+// is a typed pointer, not an Expirer, so that it costs one word, and its
+// owner reads it back as its own type (TargetOf).
+type OpBase[T any, PT Target[T]] struct {
+	e      Entry
+	target PT
+}
+
+func (b *OpBase[T, PT]) tasklistEntry() *Entry { return &b.e }
+func (b *OpBase[T, PT]) tasklistRef() *Ref     { return nil }
+func (b *OpBase[T, PT]) tasklistOp() (*Entry, Expirer) {
+	if b.target == nil {
+		return &b.e, nil
+	}
+	return &b.e, b.target
+}
+
+// OpEntry returns b's Entry.
+func OpEntry[T any, PT Target[T]](b *OpBase[T, PT]) *Entry {
+	return &b.e
+}
+
+// SetTarget makes t the expiry target of b's entry. The owner calls it
+// before it adds the entry to a timer, and publishes it to other
+// goroutines the way it publishes the entry.
+func SetTarget[T any, PT Target[T]](b *OpBase[T, PT], t PT) {
+	b.target = t
+}
+
+// TargetOf returns the expiry target set on b, or nil.
+func TargetOf[T any, PT Target[T]](b *OpBase[T, PT]) PT {
+	return b.target
+}
+
+// ExpirerOf returns the expiry target of e if e is an operation's entry
+// with one set: e's Owner embeds the OpBase that holds e. Otherwise it
+// returns nil, and e's Owner is a task to run.
+func ExpirerOf(e *Entry) Expirer {
+	s, ok := e.Owner.(Sealed)
+	if !ok {
+		return nil
+	}
+	if oe, x := s.tasklistOp(); oe == e {
+		return x
+	}
+	return nil
 }
 
 // Of returns the Entry of s.
