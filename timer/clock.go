@@ -6,7 +6,8 @@ import (
 )
 
 // Clock is the monotonic time source a [SystemTimer] reads deadlines from and
-// waits on. [SystemClock] is the default; [MockClock] moves only when told to.
+// waits on. [SystemClock] is the default; a [MockTimer] runs on a clock that
+// moves only when told to.
 type Clock interface {
 	// Now returns the time elapsed since a fixed origin of the clock's
 	// choosing. It never goes backwards.
@@ -65,22 +66,23 @@ func (s sysTimer) C() <-chan time.Time   { return s.t.C }
 func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 func (s sysTimer) Stop()                 { s.t.Stop() }
 
-// MockClock is a [Clock] that moves only when Advance or Set is called. It
+// mockClock is the [Clock] of a MockTimer: it moves only when Advance or Set
+// is called. It
 // starts at zero. It is safe for concurrent use. Timers created from it fire
 // during the Advance that reaches their deadline.
-type MockClock struct {
+type mockClock struct {
 	mu     sync.Mutex
 	now    time.Duration
 	timers map[*mockClockTimer]struct{}
 }
 
-// NewMockClock returns a MockClock at time zero.
-func NewMockClock() *MockClock {
-	return &MockClock{timers: make(map[*mockClockTimer]struct{})}
+// newMockClock returns a mockClock at time zero.
+func newMockClock() *mockClock {
+	return &mockClock{timers: make(map[*mockClockTimer]struct{})}
 }
 
 // Now returns the clock's current time.
-func (c *MockClock) Now() time.Duration {
+func (c *mockClock) Now() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
@@ -88,7 +90,7 @@ func (c *MockClock) Now() time.Duration {
 
 // Advance moves the clock forward by d (a negative d is ignored) and fires
 // every timer whose deadline has been reached.
-func (c *MockClock) Advance(d time.Duration) {
+func (c *mockClock) Advance(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
@@ -99,7 +101,7 @@ func (c *MockClock) Advance(d time.Duration) {
 }
 
 // Set moves the clock to t if t is later than the current time.
-func (c *MockClock) Set(t time.Duration) {
+func (c *mockClock) Set(t time.Duration) {
 	c.mu.Lock()
 	if t > c.now {
 		c.now = t
@@ -108,7 +110,7 @@ func (c *MockClock) Set(t time.Duration) {
 	c.mu.Unlock()
 }
 
-func (c *MockClock) fireLocked() {
+func (c *mockClock) fireLocked() {
 	for mt := range c.timers {
 		if mt.when <= c.now {
 			delete(c.timers, mt)
@@ -121,14 +123,14 @@ func (c *MockClock) fireLocked() {
 }
 
 // NewTimer returns a timer that fires when the clock reaches Now()+d.
-func (c *MockClock) NewTimer(d time.Duration) ClockTimer {
+func (c *mockClock) NewTimer(d time.Duration) ClockTimer {
 	mt := &mockClockTimer{c: c, ch: make(chan time.Time, 1)}
 	mt.Reset(d)
 	return mt
 }
 
 type mockClockTimer struct {
-	c    *MockClock
+	c    *mockClock
 	ch   chan time.Time
 	when time.Duration // guarded by c.mu
 }

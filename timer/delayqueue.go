@@ -192,7 +192,7 @@ func (q *delayQueue) late(now int64) bool { return now > q.lateAt.Load() }
 //
 // It depends only on the timer's clock, so it is the same on every clock,
 // and it does nothing where the goroutine advancing the clock cannot fall
-// behind: on a MockClock nothing polls (MockTimer advances with pollDue),
+// behind: on a MockTimer's clock nothing polls (MockTimer advances with pollDue),
 // and inside a testing/synctest bubble fake time moves only once every
 // goroutine is blocked, so the poll wakes before its bucket is late.
 // BenchmarkBusyAdderExpiryLateness, and examples/purgatory_perf with

@@ -121,7 +121,7 @@
 // next task is an hour away wakes once, not 3.6 million times. The wait is
 // a runtime timer (time.Timer on the system clock) and the time is read with
 // time.Since, so a timer inside a testing/synctest bubble runs on the
-// bubble's fake time, and one on a MockClock on the mock's.
+// bubble's fake time, and a MockTimer on its own clock.
 //
 // The wait takes nothing out of the queue: due buckets are taken out only
 // under the timer's write lock. An Add holds a read lock from its reading of
@@ -186,7 +186,8 @@
 //     order; more keep a slow task from holding up the rest; zero runs them on
 //     the goroutine advancing the clock, which on a busy machine halves the
 //     scheduling waits an expiry goes through (package purgatory does this).
-//   - [WithClock]: [MockClock] for tests; [MockTimer] packages the usual setup.
+//   - [WithClock]: a [Clock] of your own; for tests, [MockTimer] or a
+//     testing/synctest bubble.
 //   - [WithPanicHandler], [WithLogger]: where a recovered panic is reported.
 //
 // A panic in Run is recovered, counted in [SystemTimer.Stats] and reported;

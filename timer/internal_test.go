@@ -48,9 +48,9 @@ func addProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration)
 
 // newInlineTimer returns a timer on a mock clock that runs expired tasks on
 // the goroutine that advances it, so tests can check exactly what ran.
-func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *MockClock) {
+func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *mockClock) {
 	t.Helper()
-	clk := NewMockClock()
+	clk := newMockClock()
 	st, err := NewSystemTimer("test", append([]Option{WithClock(clk), inlineExecution()}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
@@ -283,7 +283,7 @@ func TestBucketReuseResetsExpiration(t *testing.T) {
 // The delay queue orders buckets by expiration, wakes a sleeping poll when
 // an earlier bucket arrives, and returns nil on timeout or interrupt.
 func TestDelayQueue(t *testing.T) {
-	clk := NewMockClock()
+	clk := newMockClock()
 	q := newDelayQueue(clk.Now, clk, time.Millisecond)
 	mk := func(exp int64) *bucket {
 		b := &bucket{}
@@ -332,7 +332,7 @@ func TestDelayQueue(t *testing.T) {
 }
 
 // waitTimers waits until a goroutine sleeps on one of clk's timers.
-func waitTimers(t *testing.T, clk *MockClock) {
+func waitTimers(t *testing.T, clk *mockClock) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		clk.mu.Lock()
@@ -478,9 +478,9 @@ func TestHugeDelaySaturates(t *testing.T) {
 // A bucket is the 640 bytes WithWheelSize's documentation promises.
 func TestBucketSizeAsDocumented(t *testing.T) {
 	assert.Equal(t, uintptr(640), unsafe.Sizeof(bucket{}))
-	_, err := NewSystemTimer("big", WithWheelSize(MaxWheelSize+1))
+	_, err := NewSystemTimer("big", WithWheelSize(maxWheelSize+1))
 	assert.ErrorIs(t, err, ErrInvalidOption)
-	st, err := NewSystemTimer("max", WithWheelSize(MaxWheelSize))
+	st, err := NewSystemTimer("max", WithWheelSize(maxWheelSize))
 	assert.NoError(t, err)
 	st.Close()
 }
@@ -686,7 +686,7 @@ func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 	timers := []*SystemTimer{a, b}
 	clocked := []struct {
 		st  *SystemTimer
-		clk *MockClock
+		clk *mockClock
 	}{{a, clkA}, {b, clkB}}
 	const writers, perWriter, rounds = 2, 32, 4000
 	tasks := make([]*probe, writers*perWriter)

@@ -24,7 +24,7 @@ import (
 // call Advance or AdvanceClock of its own timer.
 type MockTimer struct {
 	st    *SystemTimer
-	clock *MockClock
+	clock *mockClock
 	// mu makes each Advance and AdvanceClock whole: the clock's move and
 	// the runs of what it made due.
 	mu sync.Mutex
@@ -34,7 +34,7 @@ var _ Timer = (*MockTimer)(nil)
 
 // NewMockTimer returns a MockTimer whose clock starts at zero.
 func NewMockTimer() *MockTimer {
-	clock := NewMockClock()
+	clock := newMockClock()
 	st, err := NewSystemTimer("mock", WithClock(clock), WithTick(time.Nanosecond), inlineExecution())
 	if err != nil {
 		panic("timer: " + err.Error()) // the options above are valid

@@ -26,7 +26,7 @@ func (m *modelTask) Run() { *m.log = append(*m.log, m) }
 type model struct {
 	t     testing.TB
 	st    *SystemTimer
-	clk   *MockClock
+	clk   *mockClock
 	live  map[*modelTask]time.Duration // deadline of each pending task
 	due   map[*modelTask]bool          // pending tasks that were due when added
 	tasks []*modelTask
@@ -34,7 +34,7 @@ type model struct {
 }
 
 func newModel(t testing.TB, wheelSize int) *model {
-	clk := NewMockClock()
+	clk := newMockClock()
 	clk.Set(time.Duration(rand.Int64N(int64(time.Second)))) // any origin
 	st, err := NewSystemTimer("model", WithClock(clk), WithTick(modelTick), WithWheelSize(wheelSize), inlineExecution())
 	require.NoError(t, err)

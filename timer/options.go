@@ -17,7 +17,7 @@ var (
 	// ErrInvalidOption is returned by NewSystemTimer for an option out of
 	// range: a tick of zero or less, a wheel size below 2 (with one bucket
 	// a level would overflow into a level with the same tick, for ever) or
-	// above MaxWheelSize, a negative number of executors, a nil clock. The
+	// above 4096, a negative number of executors, a nil clock. The
 	// error's text says which.
 	ErrInvalidOption = errors.New("timer: invalid option")
 )
@@ -63,8 +63,8 @@ func (c *config) validate() error {
 	switch {
 	case c.tick <= 0:
 		return bad("tick must be positive")
-	case c.wheelSize < 2 || c.wheelSize > MaxWheelSize:
-		return bad(fmt.Sprintf("wheel size must be from 2 to %d", MaxWheelSize))
+	case c.wheelSize < 2 || c.wheelSize > maxWheelSize:
+		return bad(fmt.Sprintf("wheel size must be from 2 to %d", maxWheelSize))
 	case c.executors < 0:
 		return bad("executors must not be negative")
 	case c.clock == nil:
@@ -88,17 +88,18 @@ func WithTick(d time.Duration) Option {
 // level holds 2n buckets (it overlaps the next level by one span, see
 // package doc) of 640 bytes each, so 25 KiB a level for the default n = 20
 // (Kafka's), and levels are created as delays need them. NewSystemTimer
-// allocates the finest level at once; n must be from 2 to MaxWheelSize,
-// whose levels take 5 MiB each.
+// allocates the finest level at once; n must be from 2 to 4096, whose levels
+// take 5 MiB each.
 func WithWheelSize(n int) Option {
 	return optionFunc(func(c *config) { c.wheelSize = n })
 }
 
-// MaxWheelSize is the largest wheel size WithWheelSize accepts.
-const MaxWheelSize = 4096
+// maxWheelSize is the largest wheel size WithWheelSize accepts.
+const maxWheelSize = 4096
 
 // WithClock sets the clock deadlines are read from and waited on. The default
-// is [SystemClock]. A [MockClock] makes the timer deterministic in tests.
+// is [SystemClock]. For deterministic tests use a [MockTimer], or run the
+// test inside a testing/synctest bubble, on whose fake time SystemClock runs.
 func WithClock(clk Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clk })
 }

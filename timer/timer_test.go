@@ -289,10 +289,24 @@ func TestReaperCloseClosesTimerOnce(t *testing.T) {
 	assert.Equal(t, int32(1), f.closes.Load())
 }
 
-// Close wakes the reaper at once: on a mock clock that never moves, its
+// frozen is a Clock that never moves.
+type frozen struct{}
+
+func (frozen) Now() time.Duration { return 0 }
+func (frozen) NewTimer(time.Duration) timer.ClockTimer {
+	return stopped{make(chan time.Time)}
+}
+
+type stopped struct{ c chan time.Time }
+
+func (s stopped) C() <-chan time.Time { return s.c }
+func (stopped) Reset(time.Duration)   {}
+func (stopped) Stop()                 {}
+
+// Close wakes the reaper at once: on a clock that never moves, its
 // AdvanceClock would otherwise wait for ever.
 func TestReaperCloseWakesItAtOnce(t *testing.T) {
-	st, err := timer.NewSystemTimer("frozen", timer.WithClock(timer.NewMockClock()))
+	st, err := timer.NewSystemTimer("frozen", timer.WithClock(frozen{}))
 	require.NoError(t, err)
 	r := timer.NewReaper("frozen", st)
 	require.NoError(t, r.Add(newStamp(time.Hour)))
