@@ -96,9 +96,10 @@ func TestKeysPrint(t *testing.T) {
 	assert.Equal(t, "g-m", operation.MemberKey{GroupID: "g", MemberID: "m"}.String())
 }
 
-// Base stays at 80 bytes: TaskBase plus two pointers.
-func TestBaseIs80Bytes(t *testing.T) {
-	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
+// Base is 88 bytes: the timer entry (TaskBase's 64 bytes), the expiry
+// target, a sync.Mutex and the Handle pointer.
+func TestBaseIs88Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(88), unsafe.Sizeof(operation.Base{}))
 }
 
 // NewFunc: ready under the lock completes it early; a timeout reaches

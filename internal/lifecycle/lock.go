@@ -1,62 +1,21 @@
 package lifecycle
 
-import (
-	"runtime"
-	"sync"
-	"unsafe"
-)
+import "sync"
 
-// An operation's own lock is two bits of its state word rather than a
-// sync.Mutex, which keeps Op at 80 bytes. It is rarely contended (two
-// checks of one operation at once, or a check and its expiry), so the slow
-// path can be plain: a short spin, then a wait on one of a fixed set of
-// condition variables chosen by the operation's address.
-const parkStripes = 256
-
-var parking [parkStripes]struct {
-	mu   sync.Mutex
-	cond sync.Cond
-	_    [40]byte
-}
-
-func init() {
-	for i := range parking {
-		parking[i].cond.L = &parking[i].mu
-	}
-}
-
-func (o *Op) parkStripe() int { return int(uintptr(unsafe.Pointer(o))>>6) % parkStripes }
-
-// opLock is an Op seen as a sync.Locker for its own lock. Converting an
-// *Op to it allocates nothing.
+// opLock is an Op seen as a sync.Locker for its own mutex. Converting an
+// *Op to it allocates nothing. Its Lock runs the Tracker's Contended hook
+// (tests only) before it waits.
 type opLock Op
 
 func (l *opLock) op() *Op { return (*Op)(l) }
 
 // TryLock locks the operation's own lock if it is free.
-func (l *opLock) TryLock() bool {
-	w := l.op().word()
-	for {
-		s := w.Load()
-		if s&stLocked != 0 {
-			return false
-		}
-		if w.CompareAndSwap(s, s|stLocked) {
-			return true
-		}
-	}
-}
+func (l *opLock) TryLock() bool { return l.mu.TryLock() }
 
 // Lock locks the operation's own lock.
 func (l *opLock) Lock() {
-	if l.TryLock() {
+	if l.mu.TryLock() {
 		return
-	}
-	for range 30 {
-		runtime.Gosched()
-		if l.TryLock() {
-			return
-		}
 	}
 	o := l.op()
 	// Only a parked operation's Tracker may be read (see complete).
@@ -65,42 +24,11 @@ func (l *opLock) Lock() {
 			hk.Contended(o)
 		}
 	}
-	w := o.word()
-	p := &parking[o.parkStripe()]
-	p.mu.Lock()
-	for {
-		s := w.Load()
-		if s&stLocked == 0 {
-			if w.CompareAndSwap(s, s|stLocked) {
-				p.mu.Unlock()
-				return
-			}
-			continue
-		}
-		// Ask the holder to wake us. The holder clears the bit and then
-		// takes p.mu to broadcast, so it cannot broadcast between our
-		// setting the bit and our waiting: we hold p.mu until Wait.
-		if s&stWaiters == 0 && !w.CompareAndSwap(s, s|stWaiters) {
-			continue
-		}
-		p.cond.Wait()
-	}
+	l.mu.Lock()
 }
 
-// Unlock unlocks the operation's own lock and wakes any waiters.
-func (l *opLock) Unlock() {
-	o := l.op()
-	old := o.word().And(^(stLocked | stWaiters))
-	if old&stLocked == 0 {
-		panic("operation: unlock of unlocked operation lock")
-	}
-	if old&stWaiters != 0 {
-		p := &parking[o.parkStripe()]
-		p.mu.Lock()
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	}
-}
+// Unlock unlocks the operation's own lock.
+func (l *opLock) Unlock() { l.mu.Unlock() }
 
 // lock returns the lock TryComplete runs under: the one given to WithLock,
 // or the operation's own.
