@@ -50,8 +50,8 @@ tidy-check:
 
 # fuzz: a bounded run of each fuzz target.
 fuzz: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(FUZZTIME) ./timer
-	$(GO) test -run '^$$' -fuzz '^FuzzDivisor$$' -fuzztime $(FUZZTIME) ./timer
+	$(GO) test -run '^$$' -fuzz '^FuzzModel$$' -fuzztime $(FUZZTIME) ./internal/core
+	$(GO) test -run '^$$' -fuzz '^FuzzDivisor$$' -fuzztime $(FUZZTIME) ./internal/core
 
 # bench: micro-benchmarks, then the whole-round benchmarks (one round each).
 bench: deps

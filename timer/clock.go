@@ -1,8 +1,9 @@
 package timer
 
 import (
-	"sync"
 	"time"
+
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // Clock is the monotonic time source a [SystemTimer] reads deadlines from and
@@ -31,29 +32,12 @@ type ClockTimer interface {
 // use.
 type SystemClock struct{}
 
-// epoch anchors SystemClock; the difference of two monotonic readings
-// reads only the monotonic clock.
-var epoch = time.Now()
-
-// bubbleEpoch is where the fake time of a testing/synctest bubble starts.
-var bubbleEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // Now returns the monotonic time since the package was initialised, or,
-// inside a testing/synctest bubble, the bubble's fake time since it began.
-// A bubble's time.Now carries no monotonic reading (it is the fake wall
-// clock, which starts at midnight UTC on 1 January 2000 and only moves
-// forward), and measured from epoch it would be decades below zero.
-//
-// Outside a bubble it is one reading of the monotonic clock: time.Since of
-// a time with a monotonic reading reads nothing else. Inside one, Since
-// falls back to the fake wall clock and comes out below zero, which is
-// how the bubble is told apart.
-func (SystemClock) Now() time.Duration {
-	if d := time.Since(epoch); d >= 0 {
-		return d
-	}
-	return time.Since(bubbleEpoch)
-}
+// inside a testing/synctest bubble, the bubble's fake time since it began
+// (measured from the bubble's start, midnight UTC on 1 January 2000, since
+// a bubble's time.Now carries no monotonic reading). Outside a bubble it
+// is one reading of the monotonic clock.
+func (SystemClock) Now() time.Duration { return core.SystemNow() }
 
 // NewTimer returns a [time.Timer] wrapped as a ClockTimer.
 func (SystemClock) NewTimer(d time.Duration) ClockTimer {
@@ -66,109 +50,9 @@ func (s sysTimer) C() <-chan time.Time   { return s.t.C }
 func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 func (s sysTimer) Stop()                 { s.t.Stop() }
 
-// mockClock is the [Clock] of a MockTimer: it moves only when Advance or Set
-// is called. It
-// starts at zero. It is safe for concurrent use. Timers created from it fire
-// during the Advance that reaches their deadline.
-type mockClock struct {
-	mu     sync.Mutex
-	now    time.Duration
-	timers map[*mockClockTimer]struct{}
-}
+// clockOf adapts a Clock of the user's to the core's: the same methods,
+// but NewTimer's result is the core's type.
+type clockOf struct{ c Clock }
 
-// newMockClock returns a mockClock at time zero.
-func newMockClock() *mockClock {
-	return &mockClock{timers: make(map[*mockClockTimer]struct{})}
-}
-
-// Now returns the clock's current time.
-func (c *mockClock) Now() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d (a negative d is ignored) and fires
-// every timer whose deadline has been reached.
-func (c *mockClock) Advance(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
-	c.mu.Lock()
-	c.now = addSat(c.now, d)
-	c.fireLocked()
-	c.mu.Unlock()
-}
-
-// Set moves the clock to t if t is later than the current time.
-func (c *mockClock) Set(t time.Duration) {
-	c.mu.Lock()
-	if t > c.now {
-		c.now = t
-		c.fireLocked()
-	}
-	c.mu.Unlock()
-}
-
-func (c *mockClock) fireLocked() {
-	for mt := range c.timers {
-		if mt.when <= c.now {
-			delete(c.timers, mt)
-			select {
-			case mt.ch <- time.Time{}:
-			default:
-			}
-		}
-	}
-}
-
-// NewTimer returns a timer that fires when the clock reaches Now()+d.
-func (c *mockClock) NewTimer(d time.Duration) ClockTimer {
-	mt := &mockClockTimer{c: c, ch: make(chan time.Time, 1)}
-	mt.Reset(d)
-	return mt
-}
-
-type mockClockTimer struct {
-	c    *mockClock
-	ch   chan time.Time
-	when time.Duration // guarded by c.mu
-}
-
-func (t *mockClockTimer) C() <-chan time.Time { return t.ch }
-
-func (t *mockClockTimer) Reset(d time.Duration) {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	t.drainLocked()
-	t.when = addSat(t.c.now, d)
-	if t.when <= t.c.now {
-		t.ch <- time.Time{}
-		return
-	}
-	t.c.timers[t] = struct{}{}
-}
-
-func (t *mockClockTimer) Stop() {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	t.drainLocked()
-}
-
-// drainLocked unregisters the timer and drops a value not yet received, so
-// that, as with time.Timer, nothing stale is seen after Stop or Reset.
-func (t *mockClockTimer) drainLocked() {
-	delete(t.c.timers, t)
-	select {
-	case <-t.ch:
-	default:
-	}
-}
-
-// addSat returns a+b, saturating instead of overflowing. b must be >= 0.
-func addSat(a, b time.Duration) time.Duration {
-	if s := a + b; s >= a {
-		return s
-	}
-	return 1<<63 - 1
-}
+func (a clockOf) Now() time.Duration                       { return a.c.Now() }
+func (a clockOf) NewTimer(d time.Duration) core.ClockTimer { return a.c.NewTimer(d) }

@@ -1,8 +1,9 @@
 package timer
 
 import (
-	"sync"
 	"time"
+
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // MockTimer is a [Timer] for tests of code that schedules tasks. Its clock
@@ -23,61 +24,39 @@ import (
 // Add that returned before it was called is counted. A task's Run must not
 // call Advance or AdvanceClock of its own timer.
 type MockTimer struct {
-	st    *SystemTimer
-	clock *mockClock
-	// mu makes each Advance and AdvanceClock whole: the clock's move and
-	// the runs of what it made due.
-	mu sync.Mutex
+	m *core.Mock
 }
 
 var _ Timer = (*MockTimer)(nil)
 
 // NewMockTimer returns a MockTimer whose clock starts at zero.
-func NewMockTimer() *MockTimer {
-	clock := newMockClock()
-	st, err := NewSystemTimer("mock", WithClock(clock), WithTick(time.Nanosecond), inlineExecution())
-	if err != nil {
-		panic("timer: " + err.Error()) // the options above are valid
-	}
-	return &MockTimer{st: st, clock: clock}
-}
+func NewMockTimer() *MockTimer { return &MockTimer{core.NewMock()} }
 
 // Now returns the timer's current time.
-func (m *MockTimer) Now() time.Duration { return m.clock.Now() }
+func (m *MockTimer) Now() time.Duration { return m.m.Clock.Now() }
 
 // Advance moves the clock forward by d and runs every task that is due, in
 // deadline order. It returns how many tasks ran. Tasks added while it runs are
 // due after the new time, so they wait for a later Advance.
-func (m *MockTimer) Advance(d time.Duration) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.clock.Advance(d)
-	return m.runDue()
-}
-
-func (m *MockTimer) runDue() int {
-	before := m.st.fired.Load()
-	for m.st.advanceDue() {
-	}
-	return int(m.st.fired.Load() - before)
-}
+func (m *MockTimer) Advance(d time.Duration) int { return m.m.Advance(d) }
 
 // Add implements [Timer].
-func (m *MockTimer) Add(task Task) error { return m.st.Add(task) }
+func (m *MockTimer) Add(task Task) error {
+	if task == nil {
+		return ErrNilTask
+	}
+	return m.m.Add(task)
+}
 
 // AdvanceClock runs every task that is due at the clock's current time and
 // reports whether any ran. It never waits: the timeout is ignored, as in
 // Kafka's MockTimer.
-func (m *MockTimer) AdvanceClock(time.Duration) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.runDue() > 0
-}
+func (m *MockTimer) AdvanceClock(d time.Duration) bool { return m.m.AdvanceClock(d) }
 
 // Size implements [Timer].
-func (m *MockTimer) Size() int { return m.st.Size() }
+func (m *MockTimer) Size() int { return m.m.Size() }
 
 // Close implements [Timer].
-func (m *MockTimer) Close() error { return m.st.Close() }
+func (m *MockTimer) Close() error { return m.m.Close() }
 
 func (m *MockTimer) wake() {}

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // Errors returned by this package. Check them with [errors.Is].
 var (
 	// ErrClosed is returned by Add once the timer has been closed. The task
 	// is neither run nor kept.
-	ErrClosed = errors.New("timer: closed")
+	ErrClosed = core.ErrClosed
 	// ErrNilTask is returned by Add for a nil task.
 	ErrNilTask = errors.New("timer: nil task")
 	// ErrInvalidOption is returned by NewSystemTimer for an option out of
@@ -44,9 +46,29 @@ type config struct {
 	wheelSize int
 	clock     Clock
 	executors int
-	inline    bool
 	onPanic   func(Task, any)
 	logger    *slog.Logger
+}
+
+// core returns the core's configuration for a timer named name.
+func (c *config) core(name string) core.Config {
+	cc := core.Config{
+		Name:      name,
+		Tick:      c.tick,
+		WheelSize: c.wheelSize,
+		Executors: c.executors,
+		Logger:    c.logger,
+	}
+	if _, ok := c.clock.(SystemClock); !ok {
+		cc.Clock = clockOf{c.clock}
+	}
+	if f := c.onPanic; f != nil {
+		cc.OnPanic = func(task core.Sealed, recovered any) {
+			t, _ := task.(Task)
+			f(t, recovered)
+		}
+	}
+	return cc
 }
 
 func defaultConfig() config {
@@ -112,8 +134,7 @@ func WithClock(clk Clock) Option {
 // Reaper's), after it releases the timer's locks. Expiry is then one
 // goroutine's work instead of two: on a busy machine, where every goroutine
 // that wakes may wait for a processor, that halves the waits an expiry is
-// exposed to. The price is that a slow Run delays the timer itself. Add of a
-// task that is already due then also runs it on the caller's goroutine.
+// exposed to. The price is that a slow Run delays the timer itself.
 func WithExecutors(n int) Option {
 	return optionFunc(func(c *config) { c.executors = n })
 }
@@ -132,11 +153,4 @@ func WithPanicHandler(f func(task Task, recovered any)) Option {
 // [slog.Default].
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
-}
-
-// inlineExecution makes AdvanceClock run expired tasks on its own goroutine
-// after releasing its locks, and Add run a due task before returning. It is
-// how MockTimer gets its deterministic behaviour.
-func inlineExecution() Option {
-	return optionFunc(func(c *config) { c.inline = true })
 }

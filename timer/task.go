@@ -3,7 +3,7 @@ package timer
 import (
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/tasklist"
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // Task is work that runs once its delay has elapsed.
@@ -18,7 +18,7 @@ import (
 // single executor, a Run that blocks holds up every other expired task.
 type Task interface {
 	Run()
-	tasklist.Sealed
+	core.Sealed
 }
 
 // TaskBase holds a task's delay and its link into the timer. Embed it in the
@@ -30,9 +30,9 @@ type TaskBase struct {
 
 // link names the embedded holder so that the field is unexported: only its
 // sealing method is promoted.
-type link = tasklist.Base
+type link = core.Base
 
-func (b *TaskBase) entry() *tasklist.Entry { return tasklist.EntryOf(&b.link) }
+func (b *TaskBase) entry() *core.Entry { return core.EntryOf(&b.link) }
 
 // Delay reports the delay the next Add will use.
 func (b *TaskBase) Delay() time.Duration { return b.entry().LoadDelay() }
@@ -53,25 +53,3 @@ func (b *TaskBase) Cancel() bool { return b.entry().Cancel() }
 // IsCancelled reports whether Cancel was called and the task was not added
 // again afterwards.
 func (b *TaskBase) IsCancelled() bool { return b.entry().IsCancelled() }
-
-// run runs an expired entry: the expiry target's ExpireEntry if the entry
-// is an operation's (whose own Run method, if it has one, is never
-// consulted), or else the Task that embeds the entry.
-func run(e *tasklist.Entry) {
-	if x := tasklist.ExpirerOf(e); x != nil {
-		x.ExpireEntry(e)
-		return
-	}
-	if t, ok := e.Owner.(Task); ok {
-		t.Run()
-	}
-}
-
-// taskOf returns the Task whose entry e is, or nil for an operation's, for
-// panic reports.
-func taskOf(e *tasklist.Entry) Task {
-	if t, ok := e.Owner.(Task); ok && tasklist.Of(t) == e {
-		return t
-	}
-	return nil
-}

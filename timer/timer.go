@@ -1,15 +1,9 @@
 package timer
 
 import (
-	"fmt"
-	"log/slog"
-	"math"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/tasklist"
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // Timer runs tasks after their delays.
@@ -46,26 +40,6 @@ type Timer interface {
 	Close() error
 }
 
-// hooks are points between two steps of the timer where another goroutine
-// may act. A timer's hooks are nil outside this package's tests, which set
-// them on the instance they test.
-type hooks struct {
-	// flushed is called with entries taken out of a bucket (a due one, or
-	// a batch of a coarser one moving down) before they are fired or put
-	// back: a step that a Cancel can act between.
-	flushed func([]*tasklist.Entry)
-	// refile is called by reinsert, and by the drain of the staged
-	// entries, with the entry it refiles, holding its add-lock: before it
-	// is linked (linked false), and after the wheel's add linked it, or
-	// found it cancelled (true), before the lock is released.
-	refile func(e *tasklist.Entry, linked bool)
-	// clockRead is called by Add once it has read the clock, holding its
-	// read lock, before it files the entry.
-	clockRead func()
-	// turning is called by turn before it takes the write lock.
-	turning func()
-}
-
 // waker is implemented by this package's timers so that a Reaper can cut
 // short an AdvanceClock in progress.
 type waker interface{ wake() }
@@ -84,43 +58,7 @@ type waker interface{ wake() }
 // moves the wheels. Expired tasks run on executor goroutines, never under a
 // timer lock, so a task may Add itself or others again.
 type SystemTimer struct {
-	name     string
-	clock    Clock   // read through now: the one origin of the timer's time
-	sysClock bool    // clock is SystemClock
-	tick     int64   // nanoseconds per tick
-	per      divisor // divides by tick
-	// lastTick is the last tick whose start the clock can reach.
-	lastTick int64
-	// never holds the entries whose deadline no clock reaches (tickOf).
-	never tasklist.List
-	// staged holds the entries whose deadline is far off (stage.go).
-	staged staging
-
-	// mu is held for reading by Add (one stripe) and for writing (every
-	// stripe) while the wheels advance and while closing. Lock order: mu,
-	// then a bucket's mu, then the delay queue's mu.
-	mu      lockShards
-	wheel   *wheel            // finest level; coarser ones hang off it
-	closed  bool              // guarded by mu
-	shut    atomic.Bool       // closed, readable without mu
-	expired []*tasklist.Entry // expired entries of one turn, guarded by mu (write)
-	flushed []*tasklist.Entry // entries taken out of a bucket while they are refiled, guarded by mu (write)
-	backlog []*bucket         // coarse buckets being moved down, guarded by mu (write)
-
-	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
-	spareMu    sync.Mutex
-	spare      []*tasklist.Entry // a drained expired slice, for reuse
-
-	pollMu sync.Mutex // one poller of the delay queue at a time
-	queue  *delayQueue
-
-	fired  atomic.Uint64
-	panics atomic.Uint64
-
-	exec    *executor // nil when tasks run inline (MockTimer)
-	onPanic func(Task, any)
-	logger  *slog.Logger
-	hooks   *hooks // nil but in tests
+	c *core.Timer
 }
 
 var _ Timer = (*SystemTimer)(nil)
@@ -136,72 +74,12 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	t := &SystemTimer{
-		name:     name,
-		clock:    c.clock,
-		tick:     int64(c.tick),
-		per:      newDivisor(int64(c.tick)),
-		lastTick: math.MaxInt64 / int64(c.tick),
-		onPanic:  c.onPanic,
-		logger:   c.logger,
-	}
-	if t.logger == nil {
-		t.logger = slog.Default()
-	}
-	_, t.sysClock = c.clock.(SystemClock)
-	t.never.Init()
-	t.staged.init()
-	t.queue = newDelayQueue(t.now, c.clock, c.tick)
-	t.wheel = newWheel(1, c.wheelSize, t.nowTick(), t.queue)
-	if !c.inline && c.executors > 0 {
-		t.exec = newExecutor(c.executors, t.runTask)
-	}
-	return t, nil
+	return &SystemTimer{c: core.New(c.core(name))}, nil
 }
 
 // Now implements [Timer]: it reads the timer's clock (WithClock, by
 // default SystemClock), on which its deadlines are measured.
-func (t *SystemTimer) Now() time.Duration { return t.clock.Now() }
-
-// now reads the clock: SystemClock's Now directly when that is the clock
-// (it inlines, where a call through the interface does not: 2% of
-// BenchmarkAddCancelNewTask), the same reading either way.
-func (t *SystemTimer) now() time.Duration {
-	if t.sysClock {
-		return SystemClock{}.Now()
-	}
-	return t.clock.Now()
-}
-
-func (t *SystemTimer) nowTick() int64 { return t.per.div(int64(t.now())) }
-
-// tickOf returns the first tick that starts at or after deadline: a task
-// due inside a tick waits for the end of that tick, so it is never early.
-//
-// A deadline whose tick would start past the clock's range (math.MaxInt64
-// nanoseconds), a saturated one among them, never comes: tickOf returns
-// never, and the entry waits in t.never, outside the wheels, until it is
-// cancelled. Rounding it into the last tick instead would run it early.
-func (t *SystemTimer) tickOf(deadline int64) int64 {
-	if deadline <= math.MaxInt64-t.tick {
-		// The tick that starts at or after deadline starts in range.
-		return t.per.div(deadline + t.tick - 1)
-	}
-	if deadline == math.MaxInt64 {
-		return never
-	}
-	k := t.per.div(deadline)
-	if k*t.tick < deadline {
-		k++
-	}
-	if k > t.lastTick {
-		return never
-	}
-	return k
-}
-
-// never is tickOf's answer for a deadline no clock reaches.
-const never = math.MaxInt64
+func (t *SystemTimer) Now() time.Duration { return t.c.Now() }
 
 // Add implements [Timer]. It never blocks on AdvanceClock for longer than one
 // flush takes, and it never runs a task: one that is due already (a delay
@@ -220,302 +98,21 @@ func (t *SystemTimer) Add(task Task) error {
 	if task == nil {
 		return ErrNilTask
 	}
-	if t.shut.Load() {
-		return ErrClosed
-	}
-	e := tasklist.Of(task)
-	if e == nil {
-		return nil // an operation's handle, cleared: it has completed
-	}
-	mu := t.mu.stripe(e)
-	mu.RLock()
-	if t.closed {
-		mu.RUnlock()
-		return ErrClosed
-	}
-	e.LockAdd()
-	if e.Owner == nil {
-		e.Owner = task
-	}
-	now := int64(t.now())
-	if t.hooks != nil && t.hooks.clockRead != nil {
-		t.hooks.clockRead()
-	}
-	e.Expire = tasklist.Deadline(int64(e.LoadDelay()), now)
-	// A pending task moves: take it out of its old bucket. Holding the
-	// add-lock, nobody else links it until the wheel does.
-	e.Unlink()
-	switch ref, tick := tasklist.RefOf(task), t.tickOf(e.Expire); {
-	case e.Expire <= now:
-		t.wheel.addDue(e)
-	case tick == never:
-		t.never.Insert(e)
-	case ref != nil && e.Expire-now >= int64(stageMin):
-		t.stage(ref, e, now)
-	default:
-		if t.wheel.add(e, tick) {
-			t.wheel.addDue(e)
-		}
-	}
-	e.UnlockAdd()
-	mu.RUnlock()
-	if t.queue.late(now) {
-		t.queue.nudge(now) // the expiries are late: give way to them
-	}
-	return nil
+	return t.c.Add(task)
 }
 
 // AdvanceClock implements [Timer]. While coarse buckets are being moved down
-// ahead of time it does not wait: each call moves up to cascadeChunk entries
-// (after expiring whatever is due) and returns true, so that a Reaper keeps
+// ahead of time it does not wait: each call moves a chunk of entries (after
+// expiring whatever is due) and returns true, so that a Reaper keeps
 // calling it until the work is done.
-func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool {
-	if t.shut.Load() {
-		return false // nothing will ever be due: do not wait for the timeout
-	}
-	defer t.queue.done()
-	if t.backlogLen.Load() > 0 {
-		t.queue.working(t.now())
-		return t.turn()
-	}
-	t.pollMu.Lock()
-	due := t.queue.wait(timeout)
-	t.pollMu.Unlock()
-	if !due {
-		return false
-	}
-	return t.turn()
-}
+func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool { return t.c.AdvanceClock(timeout) }
 
-// advanceDue does what is due now, and one chunk of moving down, without
-// waiting.
-func (t *SystemTimer) advanceDue() bool { return t.turn() }
-
-const (
-	// handOffEvery is how many expired tasks a flush collects before handing
-	// them to the executor without waiting for the flush to end.
-	handOffEvery = 1024
-	// cascadeChunk is how many entries of coarse buckets one turn moves
-	// down: about 50-100µs of work, so that the buckets of the finest level,
-	// whose tasks are due, are never kept waiting longer than that.
-	cascadeChunk = 1024
-	// maxKeptFlush is the largest scratch slice kept between due buckets
-	// (64 KiB of pointers).
-	maxKeptFlush = 8192
-)
-
-// turn is one turn of AdvanceClock, under the write lock:
-//
-//  1. Handle every bucket that is due. A bucket of the
-//     finest level is flushed: its tasks are due and are handed to the
-//     executor. A coarser bucket is polled a whole span before it is due (its
-//     lead) and joins the backlog of buckets to move down.
-//  2. Move down at most cascadeChunk entries of the backlog, then return, so
-//     that Adds and due buckets are not held up by a large bucket.
-//
-// The finer level reaches two of the coarser level's buckets ahead, so a
-// backlog bucket fits entirely one level down from the moment it is polled.
-// One rule keeps the order exact: before handling any bucket due at or after
-// the start of a backlog bucket's span, that backlog bucket is moved down
-// completely (and the bucket is put back, since moving down may create
-// earlier ones).
-//
-// The due buckets are taken from the delay queue here, under the write
-// lock, and nowhere else. An Add holds the read lock from its reading of
-// the clock to the offer of its bucket, so a bucket an Add offers is
-// either queued before this poll, and taken if due, or comes from an Add
-// that read the clock after this turn, and is not due before it. Two
-// goroutines advancing one timer take turns, each seeing the other's
-// work whole.
-func (t *SystemTimer) turn() bool {
-	if t.hooks != nil && t.hooks.turning != nil {
-		t.hooks.turning()
-	}
-	t.mu.lock()
-	if t.closed {
-		t.mu.unlock()
-		return false
-	}
-	b := t.queue.pollDue(t.now())
-	did := b != nil
-	for b != nil {
-		if b == &t.staged.token {
-			t.drainStaged()
-		} else if t.drainBefore(b) {
-			t.queue.offer(b) // moving down may have made earlier buckets: take them first
-		} else if b.lead == 0 {
-			// Every entry is due: take them all out under one lock a
-			// stripe (a Cancel meanwhile finds them in no bucket, and
-			// the firing skips what it cancelled), then fire them.
-			t.wheel.advance(b.expiration.Load())
-			t.flushed = b.flush(t.flushed[:0])
-			t.refile(true)
-		} else {
-			t.wheel.advance(b.expiration.Load() - b.lead)
-			t.backlog = append(t.backlog, b)
-			t.backlogLen.Store(int32(len(t.backlog)))
-		}
-		b = t.queue.pollDue(t.now())
-	}
-	for moved := 0; moved < cascadeChunk && len(t.backlog) > 0; {
-		t.flushed = t.backlog[0].popInto(t.flushed[:0], cascadeChunk-moved)
-		if len(t.flushed) == 0 {
-			t.backlog[0] = nil
-			t.backlog = t.backlog[1:]
-			t.backlogLen.Store(int32(len(t.backlog)))
-			continue
-		}
-		moved += len(t.flushed)
-		t.refile(false)
-		did = true
-	}
-	expired := t.expired
-	t.expired = t.takeSpare()
-	t.mu.unlock()
-	t.dispatch(expired)
-	return did
-}
-
-// drainBefore moves down, completely, every backlog bucket whose span
-// starts at or before b's due time, and reports whether there was any.
-// The caller holds the write lock.
-func (t *SystemTimer) drainBefore(b *bucket) bool {
-	due := b.expiration.Load() - b.lead
-	drained := false
-	for i, c := range t.backlog {
-		if c == nil || c.expiration.Load() > due {
-			continue
-		}
-		for {
-			if t.flushed = c.popInto(t.flushed[:0], cascadeChunk); len(t.flushed) == 0 {
-				break
-			}
-			t.refile(false)
-		}
-		t.backlog[i] = nil
-		drained = true
-	}
-	if drained {
-		t.backlog = slices.DeleteFunc(t.backlog, func(c *bucket) bool { return c == nil })
-		t.backlogLen.Store(int32(len(t.backlog)))
-	}
-	return drained
-}
-
-// refile handles the entries in t.flushed, just taken out of a bucket:
-// with due, a due bucket of the finest level, whose entries are all due
-// and fire; otherwise a coarse bucket's batch moving down, which reinsert
-// puts back one level finer. It then empties t.flushed for the next batch.
-// Between taking an entry out and refiling it a Cancel finds it in no
-// bucket and wins; the entry is then skipped. The caller holds the write
-// lock.
-func (t *SystemTimer) refile(due bool) {
-	if t.hooks != nil && t.hooks.flushed != nil {
-		t.hooks.flushed(t.flushed)
-	}
-	for _, e := range t.flushed {
-		if due {
-			t.fire(e)
-		} else {
-			t.reinsert(e)
-		}
-	}
-	clear(t.flushed)
-	if cap(t.flushed) > maxKeptFlush {
-		t.flushed = nil // one huge bucket should not pin its size
-	}
-}
-
-// dispatch hands expired tasks over with no lock held and keeps the slice
-// for reuse, so that steady expiry allocates nothing.
-func (t *SystemTimer) dispatch(expired []*tasklist.Entry) {
-	if len(expired) > 0 {
-		t.fired.Add(uint64(len(expired)))
-		if t.exec != nil {
-			t.exec.submit(expired...)
-		} else {
-			for _, task := range expired {
-				t.runTask(task)
-			}
-		}
-	}
-	clear(expired)
-	t.spareMu.Lock()
-	t.spare = expired[:0]
-	t.spareMu.Unlock()
-}
-
-func (t *SystemTimer) takeSpare() []*tasklist.Entry {
-	t.spareMu.Lock()
-	defer t.spareMu.Unlock()
-	s := t.spare
-	t.spare = nil
-	return s
-}
-
-// reinsert puts an entry taken out of a coarse bucket back into the wheels,
-// one level finer, or fires it if it is due already (a late reaper). It is
-// Kafka's addTimerTaskEntry for a flushed entry. The caller holds mu for
-// writing, so no Add to this timer runs; a Cancel may, and so may an Add
-// of the task to another timer.
-//
-// It holds the task's add-lock throughout: only its holder links an entry,
-// and an Add writes the deadline only while holding it. No lock means the
-// entry was cancelled meanwhile, or is being added to another timer, whose
-// Add places it; if that Add is already over, insert finds the entry in a
-// list and leaves it there. A Cancel after the link is seen by unlockAdd,
-// which unlinks it.
-func (t *SystemTimer) reinsert(e *tasklist.Entry) {
-	if !e.TryLockAdd() {
-		return
-	}
-	h := t.hooks
-	if h != nil && h.refile != nil {
-		h.refile(e, false)
-	}
-	if t.wheel.add(e, t.tickOf(e.Expire)) {
-		t.fire(e)
-	} else if h != nil && h.refile != nil {
-		h.refile(e, true)
-	}
-	e.UnlockAdd()
-}
-
-// fire moves a due entry to the expired batch, unless a Cancel won. The
-// caller holds mu for writing.
-func (t *SystemTimer) fire(e *tasklist.Entry) {
-	if !e.Fire() {
-		return
-	}
-	t.expired = append(t.expired, e)
-	if len(t.expired) >= handOffEvery && t.exec != nil {
-		// Hand a large batch over at once, so that the executor starts on
-		// it while the flush goes on.
-		t.fired.Add(uint64(len(t.expired)))
-		t.exec.submit(t.expired...)
-		clear(t.expired)
-		t.expired = t.expired[:0]
-	}
-}
-
-// Size implements [Timer]. It sums the buckets' counts and the staged
-// tasks (stage.go) (Kafka keeps one
-// shared counter; counters per bucket stripe keep Adds and Cancels on
-// different cores off a shared cache line). Each count is read under its
-// stripe's lock, which Add and Cancel hold anyway, so that they change it
-// with a plain increment rather than a locked one: Size costs O(levels ×
-// wheel size × stripes) uncontended lock acquisitions, a few hundred, a
-// few microseconds. It is for metrics, not for a hot path. While a bucket
-// is being flushed its entries are briefly not counted, as in Kafka.
-func (t *SystemTimer) Size() int {
-	n := t.never.Count() + int64(t.stagedCount())
-	t.wheel.levels(func(w *wheel) {
-		for i := range w.buckets {
-			n += w.buckets[i].size()
-		}
-	})
-	return int(max(n, 0))
-}
+// Size implements [Timer]. It sums the buckets' counts, each read under its
+// stripe's lock, and the staged tasks: a few hundred uncontended lock
+// acquisitions, a few microseconds. It is for metrics, not for a hot path.
+// While a bucket is being flushed its entries are briefly not counted, as
+// in Kafka.
+func (t *SystemTimer) Size() int { return t.c.Size() }
 
 // Stats are a timer's counters, each read atomically; Pending sums the
 // buckets' counts while tasks may move, so the set is not one snapshot.
@@ -528,59 +125,11 @@ type Stats struct {
 // Stats returns the timer's counters. It costs what Size does and is safe
 // to call at any time.
 func (t *SystemTimer) Stats() Stats {
-	return Stats{Pending: t.Size(), Fired: t.fired.Load(), Panics: t.panics.Load()}
+	fired, panics := t.c.Counts()
+	return Stats{Pending: t.c.Size(), Fired: fired, Panics: panics}
 }
 
 // Close implements [Timer].
-func (t *SystemTimer) Close() error {
-	t.mu.lock()
-	if t.closed {
-		t.mu.unlock()
-		return nil
-	}
-	t.closed = true
-	t.shut.Store(true)
-	var flushed []*tasklist.Entry
-	t.wheel.levels(func(w *wheel) {
-		for i := range w.buckets {
-			flushed = w.buckets[i].flush(flushed[:0])
-			for _, e := range flushed {
-				e.Cancel()
-			}
-		}
-	})
-	for _, e := range t.never.PopInto(nil, math.MaxInt) {
-		e.Cancel()
-	}
-	t.dropStaged()
-	clear(t.backlog)
-	t.backlog = nil
-	t.backlogLen.Store(0)
-	t.queue.clear()
-	t.mu.unlock()
-	t.queue.stop()
-	if t.exec != nil {
-		t.exec.close()
-	}
-	return nil
-}
+func (t *SystemTimer) Close() error { return t.c.Close() }
 
-func (t *SystemTimer) wake() { t.queue.stop() }
-
-// runTask runs one task, recovering a panic so that one bad task cannot stop
-// the executor, and with it every other timeout in the process.
-func (t *SystemTimer) runTask(e *tasklist.Entry) {
-	defer func() {
-		if r := recover(); r != nil {
-			t.panics.Add(1)
-			task := taskOf(e)
-			if t.onPanic != nil {
-				t.onPanic(task, r)
-				return
-			}
-			t.logger.Error("timer: task panicked", "timer", t.name,
-				"task", fmt.Sprintf("%T", task), "panic", r)
-		}
-	}()
-	run(e)
-}
+func (t *SystemTimer) wake() { t.c.Wake() }

@@ -169,6 +169,7 @@ func TestBadInput(t *testing.T) {
 			{timer.WithTick(-time.Millisecond), timer.ErrInvalidOption},
 			{timer.WithWheelSize(0), timer.ErrInvalidOption},
 			{timer.WithWheelSize(1), timer.ErrInvalidOption},
+			{timer.WithWheelSize(4097), timer.ErrInvalidOption},
 			{timer.WithExecutors(-1), timer.ErrInvalidOption},
 			{timer.WithClock(nil), timer.ErrInvalidOption},
 		}
@@ -178,8 +179,19 @@ func TestBadInput(t *testing.T) {
 			assert.Nil(t, st)
 		}
 	})
+	t.Run("the largest wheel size is accepted", func(t *testing.T) {
+		st, err := timer.NewSystemTimer("max", timer.WithWheelSize(4096))
+		require.NoError(t, err)
+		require.NoError(t, st.Close())
+	})
 	t.Run("a nil task is refused", func(t *testing.T) {
 		assert.ErrorIs(t, newTimer(t).Add(nil), timer.ErrNilTask)
+		assert.ErrorIs(t, timer.NewMockTimer().Add(nil), timer.ErrNilTask)
+		// A nil pointer of a task type panics, as any method call on it
+		// would: telling it from a task would cost every Add a
+		// reflection.
+		var s *stamp
+		assert.Panics(t, func() { _ = newTimer(t).Add(s) })
 	})
 	t.Run("Add after Close neither runs nor keeps the task", func(t *testing.T) {
 		st, err := timer.NewSystemTimer("closed")

@@ -8,7 +8,7 @@
 // # States and transitions
 //
 // The state is one 32-bit word (the Aux word of the operation's timer
-// entry, tasklist.Entry), changed only by compare-and-swap:
+// entry, core.Entry), changed only by compare-and-swap:
 //
 //	bit 0      completed (terminal)
 //	bits 1-3   how it completed: early, expired, context, shutdown, for a key
@@ -36,7 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/tasklist"
+	"github.com/purgatory-go/purgatory/internal/core"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -61,7 +61,7 @@ func Of(s Sealed) *Op { return s.lifecycleOp() }
 //
 // Op embeds the entry's holder, whose promoted methods are all unexported,
 // so that Op, and a user's operation that embeds it through operation.Base,
-// satisfy tasklist.Sealed and nothing of the entry leaks into their method
+// satisfy core.Sealed and nothing of the entry leaks into their method
 // sets. Op has no exported method: a timer of package timer expires it
 // through the expiry target Park sets, the Tracker.
 type Op struct {
@@ -84,19 +84,19 @@ type Op struct {
 }
 
 // link names the embedded holder so that the field is unexported.
-type link = tasklist.OpBase[Tracker, *Tracker]
+type link = core.OpBase[Tracker, *Tracker]
 
 // ref names the Handle's embedded reference so that the field is
 // unexported.
-type ref = tasklist.Ref
+type ref = core.Ref
 
 func (o *Op) lifecycleOp() *Op { return o }
 
-func (o *Op) entry() *tasklist.Entry { return tasklist.OpEntry(&o.link) }
+func (o *Op) entry() *core.Entry { return core.OpEntry(&o.link) }
 
 // tracker returns the Tracker of the purgatory o parked in. Read it only
 // once o is seen parked or cancelled.
-func (o *Op) tracker() *Tracker { return tasklist.TargetOf(&o.link) }
+func (o *Op) tracker() *Tracker { return core.TargetOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
@@ -182,8 +182,8 @@ func (h *Handle) Run() {
 
 // ExpireEntry expires the operation whose timer entry e is, if it is
 // still pending. A timer of package timer calls it for an entry whose
-// target is t (tasklist.ExpirerOf).
-func (t *Tracker) ExpireEntry(e *tasklist.Entry) {
+// target is t (core.ExpirerOf).
+func (t *Tracker) ExpireEntry(e *core.Entry) {
 	if s, ok := e.Owner.(Sealed); ok {
 		if o := Of(s); o.entry() == e {
 			expire(o)
@@ -636,7 +636,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 		x.parked = now
 		x.obs = t.Obs.Parked(o, x.ctx, watches)
 	}
-	tasklist.SetTarget(&o.link, t)
+	core.SetTarget(&o.link, t)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}

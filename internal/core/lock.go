@@ -1,8 +1,6 @@
-package timer
+package core
 
 import (
-	"github.com/purgatory-go/purgatory/internal/tasklist"
-
 	"sync"
 	"unsafe"
 )
@@ -22,7 +20,7 @@ type paddedRWMutex struct {
 	_ [128 - unsafe.Sizeof(sync.RWMutex{})]byte // keep stripes on separate cache lines
 }
 
-func (l *lockShards) stripe(e *tasklist.Entry) *sync.RWMutex {
+func (l *lockShards) stripe(e *Entry) *sync.RWMutex {
 	// Tasks are at least 64 bytes apart; drop the bits that never differ.
 	return &l[(uintptr(unsafe.Pointer(e))>>6)%lockStripes].RWMutex
 }

@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"container/heap"
@@ -16,7 +16,7 @@ import (
 // ticks.
 //
 // offer may be called by any goroutine; pollDue under the timer's write
-// lock; wait by one goroutine at a time (SystemTimer serialises it with
+// lock; wait by one goroutine at a time (Timer serialises it with
 // pollMu).
 type delayQueue struct {
 	mu    sync.Mutex

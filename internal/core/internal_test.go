@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"slices"
@@ -8,13 +8,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/purgatory-go/purgatory/internal/tasklist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 type probe struct {
-	TaskBase
+	taskBase
 	runs atomic.Int32
 	at   time.Duration // clock time of the last run
 	clk  Clock
@@ -35,7 +34,7 @@ func newProbe(d time.Duration) *probe {
 
 // addProbes adds n tasks of delay d to st, each recording on clk (if not
 // nil) when it ran.
-func addProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration) []*probe {
+func addProbes(t *testing.T, st *Timer, clk Clock, n int, d time.Duration) []*probe {
 	t.Helper()
 	ps := make([]*probe, n)
 	for i := range ps {
@@ -48,18 +47,17 @@ func addProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration)
 
 // newInlineTimer returns a timer on a mock clock that runs expired tasks on
 // the goroutine that advances it, so tests can check exactly what ran.
-func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *mockClock) {
+func newInlineTimer(t testing.TB, opts ...option) (*Timer, *MockClock) {
 	t.Helper()
-	clk := newMockClock()
-	st, err := NewSystemTimer("test", append([]Option{WithClock(clk), inlineExecution()}, opts...)...)
-	require.NoError(t, err)
+	clk := NewMockClock()
+	st := newTimer("test", append([]option{withClock(clk), inlineExecution()}, opts...)...)
 	t.Cleanup(func() { _ = st.Close() })
 	testTimers.Lock()
 	testTimers.all = append(testTimers.all, st)
 	testTimers.Unlock()
 	t.Cleanup(func() {
 		testTimers.Lock()
-		testTimers.all = slices.DeleteFunc(testTimers.all, func(x *SystemTimer) bool { return x == st })
+		testTimers.all = slices.DeleteFunc(testTimers.all, func(x *Timer) bool { return x == st })
 		testTimers.Unlock()
 	})
 	return st, clk
@@ -68,17 +66,17 @@ func newInlineTimer(t testing.TB, opts ...Option) (*SystemTimer, *mockClock) {
 // testTimers are the timers newInlineTimer made, for bucketOf.
 var testTimers struct {
 	sync.Mutex
-	all []*SystemTimer
+	all []*Timer
 }
 
-func (t *SystemTimer) runDue() {
-	for t.advanceDue() {
+func (t *Timer) runDue() {
+	for t.AdvanceDue() {
 	}
 }
 
 // bucketOf returns the bucket e is linked into, or nil.
-func bucketOf(e Task) *bucket {
-	te := tasklist.Of(e)
+func bucketOf(e Sealed) *bucket {
+	te := Of(e)
 	if !te.Linked() {
 		return nil
 	}
@@ -100,7 +98,7 @@ func bucketOf(e Task) *bucket {
 // Reference: Kafka TimerTaskListTest.testAll. Moving tasks between buckets
 // keeps the timer's count; cancelling empties the buckets.
 func TestBucketMovesKeepCountAndCancelEmpties(t *testing.T) {
-	st, _ := newInlineTimer(t, WithWheelSize(20))
+	st, _ := newInlineTimer(t, withWheelSize(20))
 	tasks := make([]*probe, 10)
 	for i := range tasks {
 		tasks[i] = newProbe(10 * time.Millisecond)
@@ -162,8 +160,8 @@ func TestFlushTakesEveryStripe(t *testing.T) {
 	b := bucketOf(tasks[0])
 	require.NotNil(t, b)
 	emptied := b.stripeOf(tasks[0].entry())
-	want := map[*tasklist.Entry]bool{}
-	perStripe := map[*tasklist.List]int{}
+	want := map[*Entry]bool{}
+	perStripe := map[*List]int{}
 	for _, p := range tasks {
 		require.Same(t, b, bucketOf(p), "one bucket")
 		if s := b.stripeOf(p.entry()); s == emptied {
@@ -222,7 +220,7 @@ func TestCancelBetweenTheFlushLocks(t *testing.T) {
 	}
 
 	b.stripes[2].Lock()
-	got := make(chan []*tasklist.Entry, 1)
+	got := make(chan []*Entry, 1)
 	go func() { got <- b.flush(nil) }()
 	require.Eventually(t, func() bool {
 		if b.stripes[1].TryLock() {
@@ -254,7 +252,7 @@ func TestCancelBetweenTheFlushLocks(t *testing.T) {
 // A bucket is reused for a later span once flushed, and the delay queue
 // gets it again only then.
 func TestBucketReuseResetsExpiration(t *testing.T) {
-	st, clk := newInlineTimer(t, WithWheelSize(4))
+	st, clk := newInlineTimer(t, withWheelSize(4))
 	p := newProbe(2 * time.Millisecond)
 	require.NoError(t, st.Add(p))
 	b := bucketOf(p)
@@ -283,7 +281,7 @@ func TestBucketReuseResetsExpiration(t *testing.T) {
 // The delay queue orders buckets by expiration, wakes a sleeping poll when
 // an earlier bucket arrives, and returns nil on timeout or interrupt.
 func TestDelayQueue(t *testing.T) {
-	clk := newMockClock()
+	clk := NewMockClock()
 	q := newDelayQueue(clk.Now, clk, time.Millisecond)
 	mk := func(exp int64) *bucket {
 		b := &bucket{}
@@ -332,7 +330,7 @@ func TestDelayQueue(t *testing.T) {
 }
 
 // waitTimers waits until a goroutine sleeps on one of clk's timers.
-func waitTimers(t *testing.T, clk *mockClock) {
+func waitTimers(t *testing.T, clk *MockClock) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		clk.mu.Lock()
@@ -345,10 +343,8 @@ func waitTimers(t *testing.T, clk *mockClock) {
 // exactly once and none is lost. Adds to one bucket from several goroutines
 // while the wheels advance under them on a real clock with a tiny tick.
 func TestFlushRacingAddsToSameBucket(t *testing.T) {
-	st, err := NewSystemTimer("race", WithTick(50*time.Microsecond), WithWheelSize(4))
-	require.NoError(t, err)
-	r := NewReaper("race", st)
-	defer r.Close()
+	st := newTimer("race", withTick(50*time.Microsecond), withWheelSize(4))
+	reap(t, st)
 
 	const goroutines, perG = 4, 2000
 	var ran atomic.Int64
@@ -363,7 +359,7 @@ func TestFlushRacingAddsToSameBucket(t *testing.T) {
 				c := &tasks[g][i]
 				c.n = &ran
 				c.SetDelay(time.Duration(i%3) * 50 * time.Microsecond) // 0, 1 or 2 ticks
-				assert.NoError(t, r.Add(c))
+				assert.NoError(t, st.Add(c))
 			}
 		}()
 	}
@@ -379,7 +375,7 @@ func TestFlushRacingAddsToSameBucket(t *testing.T) {
 }
 
 type counted struct {
-	TaskBase
+	taskBase
 	runs atomic.Int32
 	n    *atomic.Int64
 }
@@ -392,7 +388,7 @@ func (c *counted) Run() {
 // Regression: reading the wheels' current time while they advance. The
 // wheels are read only under the timer's lock; the race detector checks.
 func TestReadCurrentTimeWhileAdvancing(t *testing.T) {
-	st, clk := newInlineTimer(t, WithWheelSize(3))
+	st, clk := newInlineTimer(t, withWheelSize(3))
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -420,7 +416,7 @@ func TestReadCurrentTimeWhileAdvancing(t *testing.T) {
 	wg.Wait()
 }
 
-func (t *SystemTimer) currentTick() int64 {
+func (t *Timer) currentTick() int64 {
 	mu := &t.mu[0]
 	mu.RLock()
 	defer mu.RUnlock()
@@ -431,7 +427,7 @@ func (t *SystemTimer) currentTick() int64 {
 // 3, a level has 6 buckets and the next level's tick is 3 of its own: level
 // 0 reaches 6 ticks ahead, level 1 (tick 3) 18, level 2 (tick 9) 54.
 func TestOverflowLevels(t *testing.T) {
-	st, _ := newInlineTimer(t, WithWheelSize(3))
+	st, _ := newInlineTimer(t, withWheelSize(3))
 	cases := []struct {
 		delay time.Duration
 		tick  int64 // the level's tick the entry must land in
@@ -475,26 +471,18 @@ func TestHugeDelaySaturates(t *testing.T) {
 	assert.Equal(t, 0, st.Size())
 }
 
-// A bucket is the 640 bytes WithWheelSize's documentation promises.
+// A bucket is the 640 bytes package timer's WithWheelSize documents, and
+// a timer of the largest wheel size it accepts can be made.
 func TestBucketSizeAsDocumented(t *testing.T) {
 	assert.Equal(t, uintptr(640), unsafe.Sizeof(bucket{}))
-	_, err := NewSystemTimer("big", WithWheelSize(maxWheelSize+1))
-	assert.ErrorIs(t, err, ErrInvalidOption)
-	st, err := NewSystemTimer("max", WithWheelSize(maxWheelSize))
-	assert.NoError(t, err)
+	st := newTimer("max", withWheelSize(4096))
 	st.Close()
-}
-
-// TaskBase stays at 64 bytes: one size class, and the heap target.
-func TestTaskBaseIs64Bytes(t *testing.T) {
-	assert.Equal(t, uintptr(64), unsafe.Sizeof(TaskBase{}))
 }
 
 // A task handed to the executor after Close still runs: it has fired, so
 // Cancel can no longer stop it, and dropping it would lose it silently.
 func TestSubmitAfterCloseRunsTask(t *testing.T) {
-	st, err := NewSystemTimer("late")
-	require.NoError(t, err)
+	st := newTimer("late")
 	require.NoError(t, st.Close())
 	p := newProbe(0)
 	p.entry().Owner = p // as its first Add would
@@ -502,24 +490,10 @@ func TestSubmitAfterCloseRunsTask(t *testing.T) {
 	assert.Equal(t, int32(1), p.runs.Load())
 }
 
-// An Add of nil is refused. A nil pointer of a task type panics, as any
-// method call on it would: telling it from a task would cost every Add a
-// reflection.
-func TestAddNil(t *testing.T) {
-	st, err := NewSystemTimer("nil")
-	require.NoError(t, err)
-	defer st.Close()
-	assert.ErrorIs(t, st.Add(nil), ErrNilTask)
-	var p *probe
-	assert.Panics(t, func() { _ = st.Add(p) })
-	assert.Zero(t, st.Size())
-}
-
 // AdvanceClock on a closed timer returns false at once instead of waiting
 // out its timeout.
 func TestAdvanceClockAfterCloseReturnsAtOnce(t *testing.T) {
-	st, err := NewSystemTimer("closed")
-	require.NoError(t, err)
+	st := newTimer("closed")
 	require.NoError(t, st.Close())
 	start := time.Now()
 	for range 5 {
@@ -532,11 +506,10 @@ func TestAdvanceClockAfterCloseReturnsAtOnce(t *testing.T) {
 // allocator may start 8 bytes into a line, after its type header) what a
 // link or an unlink writes in each stripe is in one line.
 func TestStripeLayout(t *testing.T) {
-	assert.Equal(t, uintptr(128), unsafe.Sizeof(tasklist.List{}))
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(List{}))
 	for _, n := range []int{20, 64} { // a small array and a large one
-		st, err := NewSystemTimer("aligned", WithWheelSize(n))
-		require.NoError(t, err)
-		hot := tasklist.HotEnd()
+		st := newTimer("aligned", withWheelSize(n))
+		hot := hotEnd()
 		for i := range st.wheel.buckets {
 			for j := range st.wheel.buckets[i].stripes {
 				addr := uintptr(unsafe.Pointer(&st.wheel.buckets[i].stripes[j]))
@@ -563,11 +536,11 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 		{"moving down", 100 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, clk := newInlineTimer(t, WithWheelSize(20))
+			st, clk := newInlineTimer(t, withWheelSize(20))
 			tasks := addProbes(t, st, clk, 3, tc.delay)
 			require.Equal(t, tc.coarse, bucketOf(tasks[1]).lead > 0)
 			var cancelled, seen bool
-			st.hooks = &hooks{flushed: func(batch []*tasklist.Entry) {
+			st.hooks = &hooks{flushed: func(batch []*Entry) {
 				if seen {
 					return
 				}
@@ -584,20 +557,21 @@ func TestCancelBetweenTakingOutAndRefiling(t *testing.T) {
 			assert.Equal(t, []int32{1, 0, 1}, []int32{tasks[0].runs.Load(), tasks[1].runs.Load(), tasks[2].runs.Load()})
 			assert.Equal(t, tc.delay, tasks[0].at)
 			assert.Equal(t, 0, st.Size())
-			assert.Equal(t, uint64(2), st.Stats().Fired)
+			fired, _ := st.Counts()
+			assert.Equal(t, uint64(2), fired)
 		})
 	}
 }
 
 // linked walks every list of st, checking each link both ways, and returns
 // how many times each entry is linked.
-func linked(t *testing.T, st *SystemTimer) map[*tasklist.Entry]int {
+func linked(t *testing.T, st *Timer) map[*Entry]int {
 	t.Helper()
-	seen := map[*tasklist.Entry]int{}
+	seen := map[*Entry]int{}
 	st.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			for j := range w.buckets[i].stripes {
-				_, err := w.buckets[i].stripes[j].Walk(func(e *tasklist.Entry) { seen[e]++ })
+				_, err := w.buckets[i].stripes[j].Walk(func(e *Entry) { seen[e]++ })
 				require.NoError(t, err, "bucket %d stripe %d", i, j)
 			}
 		}
@@ -624,13 +598,13 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const delay = 100 * time.Millisecond
-			a, clkA := newInlineTimer(t, WithWheelSize(20))
-			b, clkB := newInlineTimer(t, WithWheelSize(20))
+			a, clkA := newInlineTimer(t, withWheelSize(20))
+			b, clkB := newInlineTimer(t, withWheelSize(20))
 			tasks := addProbes(t, a, nil, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
 			moved := tasks[1].entry()
 			var seen bool
-			a.hooks = &hooks{flushed: func(batch []*tasklist.Entry) {
+			a.hooks = &hooks{flushed: func(batch []*Entry) {
 				if seen {
 					return
 				}
@@ -641,7 +615,7 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 					require.NoError(t, b.Add(tasks[1]))
 					require.Equal(t, 1, linked(t, b)[moved])
 				} else {
-					moved.State.Or(tasklist.AddLock) // as an Add holds it
+					moved.State.Or(addLockBit) // as an Add holds it
 				}
 			}}
 			clkA.Advance(delay - 10*time.Millisecond) // a coarse bucket is taken a span early
@@ -655,7 +629,7 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 			assert.Equal(t, 2, a.Size())
 			if !tc.finished {
 				require.Nil(t, bucketOf(tasks[1]), "left to the Add under way")
-				moved.State.And(^tasklist.AddLock)
+				moved.State.And(^addLockBit)
 				require.NoError(t, b.Add(tasks[1]))
 			}
 			assert.Equal(t, 1, linked(t, b)[moved])
@@ -681,12 +655,12 @@ func TestAddToAnotherTimerBetweenTakingOutAndRefiling(t *testing.T) {
 // clocks have run far ahead, nothing is left linked or counted.
 func TestTasksMovingBetweenTimersKeepListsSound(t *testing.T) {
 	t.Parallel()
-	a, clkA := newInlineTimer(t, WithWheelSize(4))
-	b, clkB := newInlineTimer(t, WithWheelSize(4))
-	timers := []*SystemTimer{a, b}
+	a, clkA := newInlineTimer(t, withWheelSize(4))
+	b, clkB := newInlineTimer(t, withWheelSize(4))
+	timers := []*Timer{a, b}
 	clocked := []struct {
-		st  *SystemTimer
-		clk *mockClock
+		st  *Timer
+		clk *MockClock
 	}{{a, clkA}, {b, clkB}}
 	const writers, perWriter, rounds = 2, 32, 4000
 	tasks := make([]*probe, writers*perWriter)
@@ -750,17 +724,17 @@ func TestCancelBetweenTheRefileSteps(t *testing.T) {
 	for _, linkedFirst := range []bool{false, true} {
 		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
 			const delay = 100 * time.Millisecond
-			st, clk := newInlineTimer(t, WithWheelSize(20))
+			st, clk := newInlineTimer(t, withWheelSize(20))
 			tasks := addProbes(t, st, clk, 3, delay)
 			require.Positive(t, bucketOf(tasks[1]).lead, "the tasks start in a coarser level")
 			target := tasks[1].entry()
 			var cancelled, seen bool
-			st.hooks = &hooks{refile: func(e *tasklist.Entry, linked bool) {
+			st.hooks = &hooks{refile: func(e *Entry, linked bool) {
 				if e != target || linked != linkedFirst {
 					return
 				}
 				seen = true
-				require.NotZero(t, e.State.Load()&tasklist.AddLock, "the reaper holds the add-lock")
+				require.NotZero(t, e.State.Load()&addLockBit, "the reaper holds the add-lock")
 				if linked {
 					require.NotNil(t, bucketOf(tasks[1]))
 				} else {
@@ -773,7 +747,7 @@ func TestCancelBetweenTheRefileSteps(t *testing.T) {
 			st.runDue()
 			require.True(t, seen)
 			assert.True(t, cancelled, "the Cancel prevented a pending run")
-			assert.Zero(t, target.State.Load()&tasklist.AddLock, "the add-lock is let go")
+			assert.Zero(t, target.State.Load()&addLockBit, "the add-lock is let go")
 			assert.Zero(t, linked(t, st)[target])
 			assert.Equal(t, 2, st.Size())
 

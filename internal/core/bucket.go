@@ -1,15 +1,13 @@
-package timer
+package core
 
 import (
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
 // bucket is one slot of a timing wheel: the entries that all fall into the
 // same span of ticks (Kafka's TimerTaskList). Its entries are kept in a few
-// stripes, picked by the entry's address, each a tasklist.List with its own
+// stripes, picked by the entry's address, each a List with its own
 // lock. A purgatory adds new timeouts and cancels completed ones in the same
 // bucket from different goroutines at once (with 1s timeouts, every request
 // of a 400 ms window lands in one bucket); with one list, every Add and every
@@ -20,7 +18,7 @@ import (
 // timer's write lock, holds more than one, taking them in index order;
 // everyone else holds one at a time.
 type bucket struct {
-	stripes [bucketStripes]tasklist.List
+	stripes [bucketStripes]List
 
 	// expiration is the first tick of the span this bucket holds, or -1 when
 	// it has been flushed and waits for reuse. The delay queue reads it
@@ -60,7 +58,7 @@ func (b *bucket) init() {
 
 // stripeOf picks e's stripe by its address: hashing an address to spread
 // the lock, nothing more.
-func (b *bucket) stripeOf(e *tasklist.Entry) *tasklist.List {
+func (b *bucket) stripeOf(e *Entry) *List {
 	// Entries are at least 64 bytes apart; drop the bits that never differ.
 	return &b.stripes[(uintptr(unsafe.Pointer(e))>>6)%bucketStripes]
 }
@@ -75,15 +73,15 @@ func (b *bucket) setExpiration(tick int64) bool {
 	return b.expiration.Swap(tick) != tick
 }
 
-// insert links e into its stripe; see tasklist.List.Insert.
-func (b *bucket) insert(e *tasklist.Entry) bool { return b.stripeOf(e).Insert(e) }
+// insert links e into its stripe; see List.Insert.
+func (b *bucket) insert(e *Entry) bool { return b.stripeOf(e).Insert(e) }
 
 // popInto moves up to max of b's entries into dst and returns it, taking
 // each stripe's lock once rather than once an entry. Once every stripe is
 // empty it marks b as in no queue, as flush does. The caller holds the
 // timer's write lock, so no Add links into b meanwhile; a Cancel may
 // unlink.
-func (b *bucket) popInto(dst []*tasklist.Entry, max int) []*tasklist.Entry {
+func (b *bucket) popInto(dst []*Entry, max int) []*Entry {
 	for range bucketStripes {
 		before := len(dst)
 		dst = b.stripes[b.popFrom].PopInto(dst, max)
@@ -105,7 +103,7 @@ func (b *bucket) popInto(dst []*tasklist.Entry, max int) []*tasklist.Entry {
 // touched a whole timeout ago, so each step of a list is a cache miss that
 // the next step depends on; walked side by side, the processor has one
 // such miss in flight for each stripe instead of one in all.
-func (b *bucket) flush(dst []*tasklist.Entry) []*tasklist.Entry {
+func (b *bucket) flush(dst []*Entry) []*Entry {
 	for i := range b.stripes {
 		b.stripes[i].Lock()
 	}
@@ -135,19 +133,9 @@ func (b *bucket) size() int64 {
 	return n
 }
 
-// len counts the linked entries by walking the lists. It is for tests.
-func (b *bucket) len() int {
-	n := 0
-	for i := range b.stripes {
-		m, _ := b.stripes[i].Walk(nil)
-		n += m
-	}
-	return n
-}
-
 // holds reports whether e is linked into one of b's stripes. It is for
 // tests.
-func (b *bucket) holds(e *tasklist.Entry) bool {
+func (b *bucket) holds(e *Entry) bool {
 	for i := range b.stripes {
 		if e.In(&b.stripes[i]) {
 			return true

@@ -1,4 +1,4 @@
-package timer
+package core
 
 import "math/bits"
 

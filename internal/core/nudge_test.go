@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"math"
@@ -28,11 +28,11 @@ func (stuckTimer) Stop()               {}
 
 // stampTask records the system clock's reading when it runs.
 type stampTask struct {
-	TaskBase
+	taskBase
 	ran atomic.Int64
 }
 
-func (s *stampTask) Run() { s.ran.Store(int64(SystemClock{}.Now())) }
+func (s *stampTask) Run() { s.ran.Store(int64(SystemNow())) }
 
 func newNudgedQueue() (*delayQueue, *stuckClock) {
 	clk := &stuckClock{}
@@ -154,8 +154,7 @@ func TestOfferWhilePollingSetsLateness(t *testing.T) {
 // An Add nudges only a late timer. The same code runs on every clock, and
 // a MockTimer, which advances without polling, is never late.
 func TestAddNudgesOnlyALateTimer(t *testing.T) {
-	st, err := NewSystemTimer("nudge")
-	require.NoError(t, err)
+	st := newTimer("nudge")
 	t.Cleanup(func() { _ = st.Close() })
 
 	p := newProbe(time.Hour)
@@ -174,19 +173,18 @@ func TestAddNudgesOnlyALateTimer(t *testing.T) {
 	assert.GreaterOrEqual(t, st.queue.lateAt.Load(), before+int64(nudgeAfter), "late: the Add nudged")
 	assert.Len(t, st.queue.wake, 1)
 
-	mt := NewMockTimer()
+	mt := NewMock()
 	t.Cleanup(func() { _ = mt.Close() })
 	require.NoError(t, mt.Add(newProbe(time.Millisecond)))
 	mt.Advance(time.Hour)
 	require.NoError(t, mt.Add(newProbe(time.Hour)))
-	assert.Equal(t, int64(math.MaxInt64), mt.st.queue.lateAt.Load(), "a MockTimer is never late")
+	assert.Equal(t, int64(math.MaxInt64), mt.queue.lateAt.Load(), "a MockTimer is never late")
 }
 
 // AdvanceClock marks its goroutine as working while it runs, and nothing
 // as late once it returns.
 func TestAdvanceClockLeavesNothingLate(t *testing.T) {
-	st, err := NewSystemTimer("nudge")
-	require.NoError(t, err)
+	st := newTimer("nudge")
 	t.Cleanup(func() { _ = st.Close() })
 	require.NoError(t, st.Add(newProbe(time.Millisecond)))
 	require.Eventually(t, func() bool { return st.AdvanceClock(10 * time.Millisecond) }, 10*time.Second, time.Millisecond)
@@ -203,13 +201,11 @@ func TestAdvanceClockLeavesNothingLate(t *testing.T) {
 // verdict.
 func BenchmarkBusyAdderExpiryLateness(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	st, err := NewSystemTimer("busy")
-	require.NoError(b, err)
-	r := NewReaper("busy", st)
-	defer r.Close()
+	st := newTimer("busy")
+	reap(b, st)
 
 	const delay = 7 * time.Millisecond
-	var clk SystemClock
+	var clk systemClock
 	var late []time.Duration
 	for range b.N {
 		for range 9 {

@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"math/rand/v2"
@@ -20,12 +20,12 @@ import (
 // Advance polled the queue outside the timer's lock, found nothing, and
 // returned with the task unrun until the next Advance.
 func TestAdvanceBetweenAddsClockReadAndFiling(t *testing.T) {
-	mt := NewMockTimer()
+	mt := NewMock()
 	defer mt.Close()
 	turning := make(chan struct{})
 	var once, started sync.Once
 	advanced := make(chan int, 1)
-	mt.st.hooks = &hooks{
+	mt.hooks = &hooks{
 		turning: func() { once.Do(func() { close(turning) }) },
 		clockRead: func() {
 			started.Do(func() {
@@ -53,7 +53,7 @@ func TestConcurrentAdvancesRunEverythingDue(t *testing.T) {
 		rounds = 5
 	}
 	for round := range rounds {
-		mt := NewMockTimer()
+		mt := NewMock()
 		const adders, perAdder = 3, 150
 		type rec struct {
 			task    stamped
@@ -127,7 +127,7 @@ func TestConcurrentAdvancesRunEverythingDue(t *testing.T) {
 
 // stamped is a task that calls run.
 type stamped struct {
-	TaskBase
+	taskBase
 	run func()
 }
 

@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"math/rand/v2"
@@ -16,7 +16,7 @@ import (
 const modelTick = time.Millisecond
 
 type modelTask struct {
-	TaskBase
+	taskBase
 	id  int
 	log *[]*modelTask
 }
@@ -25,8 +25,8 @@ func (m *modelTask) Run() { *m.log = append(*m.log, m) }
 
 type model struct {
 	t     testing.TB
-	st    *SystemTimer
-	clk   *mockClock
+	st    *Timer
+	clk   *MockClock
 	live  map[*modelTask]time.Duration // deadline of each pending task
 	due   map[*modelTask]bool          // pending tasks that were due when added
 	tasks []*modelTask
@@ -34,10 +34,9 @@ type model struct {
 }
 
 func newModel(t testing.TB, wheelSize int) *model {
-	clk := newMockClock()
+	clk := NewMockClock()
 	clk.Set(time.Duration(rand.Int64N(int64(time.Second)))) // any origin
-	st, err := NewSystemTimer("model", WithClock(clk), WithTick(modelTick), WithWheelSize(wheelSize), inlineExecution())
-	require.NoError(t, err)
+	st := newTimer("model", withClock(clk), withTick(modelTick), withWheelSize(wheelSize), inlineExecution())
 	return &model{t: t, st: st, clk: clk, live: map[*modelTask]time.Duration{}, due: map[*modelTask]bool{}}
 }
 

@@ -1,9 +1,7 @@
-package timer
+package core
 
 import (
 	"sync"
-
-	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
 // executor runs expired tasks on a fixed set of goroutines, like the
@@ -14,14 +12,14 @@ import (
 type executor struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []*tasklist.Entry // guarded by mu
-	closed  bool              // guarded by mu
+	queue   []*Entry // guarded by mu
+	closed  bool     // guarded by mu
 	workers int
-	run     func(*tasklist.Entry)
+	run     func(*Entry)
 	wg      sync.WaitGroup
 }
 
-func newExecutor(workers int, run func(*tasklist.Entry)) *executor {
+func newExecutor(workers int, run func(*Entry)) *executor {
 	x := &executor{workers: workers, run: run}
 	x.cond.L = &x.mu
 	x.wg.Add(workers)
@@ -34,7 +32,7 @@ func newExecutor(workers int, run func(*tasklist.Entry)) *executor {
 // submit queues tasks for the workers. After close it runs them on the
 // caller instead: a task that fired must run, and a turn that collected it
 // just before Close would otherwise hand it to workers that have exited.
-func (x *executor) submit(tasks ...*tasklist.Entry) {
+func (x *executor) submit(tasks ...*Entry) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
@@ -60,7 +58,7 @@ func (x *executor) submit(tasks ...*tasklist.Entry) {
 // steady state allocates nothing.
 func (x *executor) loop() {
 	defer x.wg.Done()
-	var spare []*tasklist.Entry
+	var spare []*Entry
 	for {
 		x.mu.Lock()
 		for len(x.queue) == 0 && !x.closed {
@@ -70,7 +68,7 @@ func (x *executor) loop() {
 			x.mu.Unlock()
 			return
 		}
-		var batch []*tasklist.Entry
+		var batch []*Entry
 		if n := len(x.queue); x.workers == 1 || n <= 64 {
 			batch, x.queue = x.queue, spare[:0]
 		} else {

@@ -1,8 +1,6 @@
-package timer
+package core
 
 import (
-	"github.com/purgatory-go/purgatory/internal/tasklist"
-
 	"math"
 	"sync"
 	"sync/atomic"
@@ -14,10 +12,10 @@ import (
 // each level reaches two buckets of the next level ahead instead of one.
 // That overlap lets a coarse bucket be moved down a whole span before it is
 // due, a little at a time, instead of all at once when its first entries
-// are due (see SystemTimer.step).
+// are due (see Timer.turn).
 //
 // Concurrency contract, as in Kafka: any number of add calls may run at once
-// (the SystemTimer holds its read lock for them), but none while advance runs
+// (the Timer holds its read lock for them), but none while advance runs
 // (it holds the write lock). current is therefore a plain field.
 type wheel struct {
 	tick     int64   // ticks of the lowest level per bucket of this one
@@ -73,7 +71,7 @@ func (w *wheel) top() bool { return w.nextTick == math.MaxInt64 }
 // span holds it, unless a concurrent Cancel won (see bucket.insert). It
 // reports whether e is already due instead: it is not linked, and the
 // caller fires it. The caller holds e's addLock.
-func (w *wheel) add(e *tasklist.Entry, exp int64) (due bool) {
+func (w *wheel) add(e *Entry, exp int64) (due bool) {
 	for {
 		if exp-w.current < w.tick {
 			return true
@@ -100,7 +98,7 @@ func (w *wheel) add(e *tasklist.Entry, exp int64) (due bool) {
 // the current tick: that bucket is due at once, so the next turn of the
 // goroutine advancing the timer fires e. The caller holds e's addLock and
 // the timer's read lock, so current does not move meanwhile.
-func (w *wheel) addDue(e *tasklist.Entry) {
+func (w *wheel) addDue(e *Entry) {
 	b := &w.buckets[w.perSize.mod(w.current)]
 	if b.insert(e) && b.setExpiration(w.current) {
 		w.queue.offer(b)

@@ -1,10 +1,18 @@
-// Package tasklist is the timer's entry and bucket list (Kafka's
-// TimerTaskEntry and TimerTaskList), shared by package timer, which files
-// entries into buckets, and the operation lifecycle, whose operations are
-// timer entries. Both hold an entry through [Base], whose one method is
-// unexported: a type that embeds Base gets that method, and so satisfies
-// timer.Task's sealing, while none of the entry's fields or methods is
-// promoted to it, or to a user's type that embeds it in turn.
+// Package core is the timer's core, Kafka's timer in one package: the
+// entry and bucket list (TimerTaskEntry and TimerTaskList), the buckets,
+// the hierarchical wheels, the delay queue, the staging of far deadlines,
+// the executor, the clock and the engine that advances them (Timer, and
+// Mock for package timer's MockTimer). Package timer is a thin public
+// layer over it; the operation lifecycle uses it directly, its operations
+// being entries too. It imports neither.
+//
+// A task holds its entry through Base, an operation through OpBase, whose
+// promoted methods are all unexported: a type that embeds either satisfies
+// Sealed, and so timer.Task's sealing, while none of the entry's fields or
+// methods is promoted to it, or to a user's type that embeds it in turn.
+// An OpBase also holds the operation's expiry target, which its owner sets
+// explicitly; the timer calls the target for the entry instead of running
+// it.
 //
 // # Ground rules
 //
@@ -20,11 +28,9 @@
 //     written with a plain store before the entry is shared, and afterwards
 //     only by Reschedule, atomically; read it with LoadDelay. Owner is
 //     written once, before the entry is first added, and only read after.
-package tasklist
+package core
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"runtime"
 	"sync"
@@ -72,9 +78,6 @@ const (
 	// state so that a Cancel or a firing can change the state while it is
 	// held, and the holder sees that change when it lets go.
 	addLock uint32 = 4
-
-	// AddLock is addLock, for tests that play an Add holding it.
-	AddLock = addLock
 )
 
 // LoadDelay reads Delay, which a Reschedule may be writing.
@@ -139,9 +142,9 @@ func Deadline(delay, now int64) int64 {
 // and a timer adds nothing for nil.
 type Ref struct{ e atomic.Pointer[Entry] }
 
-func (r *Ref) tasklistEntry() *Entry         { return r.e.Load() }
-func (r *Ref) tasklistRef() *Ref             { return r }
-func (r *Ref) tasklistOp() (*Entry, Expirer) { return nil, nil }
+func (r *Ref) coreEntry() *Entry         { return r.e.Load() }
+func (r *Ref) coreRef() *Ref             { return r }
+func (r *Ref) coreOp() (*Entry, Expirer) { return nil, nil }
 
 // Set makes r refer to e.
 func (r *Ref) Set(e *Entry) { r.e.Store(e) }
@@ -153,16 +156,16 @@ func (r *Ref) Entry() *Entry { return r.e.Load() }
 // only its unexported sealing method, never the Entry's fields or methods.
 type Base struct{ e Entry }
 
-func (b *Base) tasklistEntry() *Entry         { return &b.e }
-func (b *Base) tasklistRef() *Ref             { return nil }
-func (b *Base) tasklistOp() (*Entry, Expirer) { return nil, nil }
+func (b *Base) coreEntry() *Entry         { return &b.e }
+func (b *Base) coreRef() *Ref             { return nil }
+func (b *Base) coreOp() (*Entry, Expirer) { return nil, nil }
 
 // Sealed is implemented by every type that embeds a Base or an OpBase, and
 // by *Ref.
 type Sealed interface {
-	tasklistEntry() *Entry
-	tasklistRef() *Ref
-	tasklistOp() (*Entry, Expirer)
+	coreEntry() *Entry
+	coreRef() *Ref
+	coreOp() (*Entry, Expirer)
 }
 
 // Expirer expires the entries of the operations that one owner parks (the
@@ -188,9 +191,9 @@ type OpBase[T any, PT Target[T]] struct {
 	target PT
 }
 
-func (b *OpBase[T, PT]) tasklistEntry() *Entry { return &b.e }
-func (b *OpBase[T, PT]) tasklistRef() *Ref     { return nil }
-func (b *OpBase[T, PT]) tasklistOp() (*Entry, Expirer) {
+func (b *OpBase[T, PT]) coreEntry() *Entry { return &b.e }
+func (b *OpBase[T, PT]) coreRef() *Ref     { return nil }
+func (b *OpBase[T, PT]) coreOp() (*Entry, Expirer) {
 	if b.target == nil {
 		return &b.e, nil
 	}
@@ -222,18 +225,18 @@ func ExpirerOf(e *Entry) Expirer {
 	if !ok {
 		return nil
 	}
-	if oe, x := s.tasklistOp(); oe == e {
+	if oe, x := s.coreOp(); oe == e {
 		return x
 	}
 	return nil
 }
 
 // Of returns the Entry of s.
-func Of(s Sealed) *Entry { return s.tasklistEntry() }
+func Of(s Sealed) *Entry { return s.coreEntry() }
 
 // RefOf returns the Ref that s is, or nil if s holds its Entry itself (a
 // Base).
-func RefOf(s Sealed) *Ref { return s.tasklistRef() }
+func RefOf(s Sealed) *Ref { return s.coreRef() }
 
 // EntryOf returns b's Entry.
 func EntryOf(b *Base) *Entry { return &b.e }
@@ -437,9 +440,6 @@ func (l *list) unlinkLocked(e *Entry) {
 // Lock locks l, for PopLocked.
 func (l *list) Lock() { l.mu.Lock() }
 
-// TryLock locks l if it is free. It is for tests.
-func (l *list) TryLock() bool { return l.mu.TryLock() }
-
 // Unlock unlocks l.
 func (l *list) Unlock() { l.mu.Unlock() }
 
@@ -474,40 +474,4 @@ func (l *list) Count() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.count
-}
-
-// Walk counts the linked entries by following the links, and calls f, if
-// not nil, with each. It is for tests: it reports an error if a link does
-// not point back, an entry names another list, or the count is off.
-func (l *list) Walk(f func(*Entry)) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for e := l.root.next; e != &l.root; e = e.next {
-		if int64(n) >= l.count {
-			return n, fmt.Errorf("tasklist: a list longer than its count %d", l.count)
-		}
-		if e.next.prev != e {
-			return n, errors.New("tasklist: a broken link")
-		}
-		if e.list.Load() != l {
-			return n, errors.New("tasklist: an entry that names another list")
-		}
-		if f != nil {
-			f(e)
-		}
-		n++
-	}
-	if int64(n) != l.count || l.root.prev.next != &l.root {
-		return n, fmt.Errorf("tasklist: %d entries linked, count %d", n, l.count)
-	}
-	return n, nil
-}
-
-// HotEnd is where, from a List's start, what a link or an unlink writes
-// ends: the lock, the count and the sentinel's links. It is for tests of
-// the layout.
-func HotEnd() uintptr {
-	var l List
-	return unsafe.Offsetof(l.root) + unsafe.Offsetof(l.root.prev) + unsafe.Sizeof(l.root.prev)
 }

@@ -1,17 +1,15 @@
-package timer
+package core
 
 import (
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
 // Staging holds back the operations' timeouts whose deadline is far off.
 // An Add of such a task, at least stageMin from its deadline, does not
-// file it into a bucket: it marks the entry (tasklist.Entry.Mark) and
+// file it into a bucket: it marks the entry (Entry.Mark) and
 // appends the task's Ref to a staging slice. Every stageHold the goroutine
 // advancing the timer files the tasks still pending into the wheels, at
 // the deadlines their Adds fixed.
@@ -41,7 +39,7 @@ import (
 // in the timer for them. The wait moves no deadline: a task staged late in
 // a drain is filed due, and fires in the same turn.
 type staging struct {
-	mark    tasklist.List // what staged entries point to
+	mark    List // what staged entries point to
 	stripes [stageStripes]stageStripe
 	// armed is set while the token is queued, or about to be: an Add that
 	// stages into an unarmed staging queues it.
@@ -91,7 +89,7 @@ func (s *staging) init() {
 // stage holds the task whose Ref is r, and whose entry e is pending with
 // its add-lock held and in no list, for the next drain, and arms the drain
 // if none is queued. The caller holds the timer's read lock.
-func (t *SystemTimer) stage(r *tasklist.Ref, e *tasklist.Entry, now int64) {
+func (t *Timer) stage(r *Ref, e *Entry, now int64) {
 	s := &t.staged
 	e.Mark(&s.mark)
 	st := &s.stripes[(uintptr(unsafe.Pointer(e))>>6)%stageStripes]
@@ -108,7 +106,7 @@ func (t *SystemTimer) stage(r *tasklist.Ref, e *tasklist.Entry, now int64) {
 // staged here into the wheels, or fires it if it is due. The caller holds
 // the write lock: no Add of this timer runs, so nothing is staged
 // meanwhile, and the next Add that stages arms a new drain.
-func (t *SystemTimer) drainStaged() {
+func (t *Timer) drainStaged() {
 	s := &t.staged
 	s.armed.Store(false)
 	for i := range s.stripes {
@@ -130,7 +128,7 @@ func (t *SystemTimer) drainStaged() {
 
 // fileStaged files a staged entry into the wheels, or fires it if it is
 // due, unless it is no longer staged here.
-func (t *SystemTimer) fileStaged(e *tasklist.Entry) {
+func (t *Timer) fileStaged(e *Entry) {
 	// No add-lock: cancelled since, or being added to another timer,
 	// whose Add places it. Without the mark: moved, by a re-Add here (a
 	// later slot holds it) or to a bucket.
@@ -152,13 +150,13 @@ func (t *SystemTimer) fileStaged(e *tasklist.Entry) {
 }
 
 // stagedCount counts the tasks staged here, each once.
-func (t *SystemTimer) stagedCount() int {
+func (t *Timer) stagedCount() int {
 	s := &t.staged
-	seen := map[*tasklist.Entry]struct{}{}
+	seen := map[*Entry]struct{}{}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		st.each(func(e *tasklist.Entry) {
+		st.each(func(e *Entry) {
 			if e.In(&s.mark) && e.IsPending() {
 				seen[e] = struct{}{}
 			}
@@ -169,13 +167,13 @@ func (t *SystemTimer) stagedCount() int {
 }
 
 // dropStaged cancels every staged task, for Close.
-func (t *SystemTimer) dropStaged() {
+func (t *Timer) dropStaged() {
 	s := &t.staged
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		var held []*tasklist.Entry
-		st.each(func(e *tasklist.Entry) { held = append(held, e) })
+		var held []*Entry
+		st.each(func(e *Entry) { held = append(held, e) })
 		st.refs = nil
 		st.mu.Unlock()
 		for _, e := range held {
@@ -189,7 +187,7 @@ func (t *SystemTimer) dropStaged() {
 
 // each calls f with the entry of every slot that still has one. The
 // caller holds mu.
-func (st *stageStripe) each(f func(*tasklist.Entry)) {
+func (st *stageStripe) each(f func(*Entry)) {
 	for _, c := range st.refs {
 		for _, r := range c {
 			if e := r.Entry(); e != nil {
@@ -201,11 +199,11 @@ func (st *stageStripe) each(f func(*tasklist.Entry)) {
 
 // slots is a list of chunks of stageChunk Refs: it grows without copying
 // what it holds.
-type slots [][]*tasklist.Ref
+type slots [][]*Ref
 
-func (s *slots) push(r *tasklist.Ref) {
+func (s *slots) push(r *Ref) {
 	if n := len(*s); n == 0 || len((*s)[n-1]) == stageChunk {
-		*s = append(*s, make([]*tasklist.Ref, 0, stageChunk))
+		*s = append(*s, make([]*Ref, 0, stageChunk))
 	}
 	last := &(*s)[len(*s)-1]
 	*last = append(*last, r)

@@ -1,4 +1,4 @@
-package timer
+package core
 
 import (
 	"sync/atomic"
@@ -7,15 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/purgatory-go/purgatory/internal/tasklist"
 )
 
 // refProbe is a task that is a Ref, as an operation's Handle is: the only
-// kind staging holds back. Its entry is its TaskBase's.
+// kind staging holds back. Its entry is its taskBase's.
 type refProbe struct {
-	tasklist.Ref
-	base TaskBase
+	Ref
+	base taskBase
 	runs atomic.Int32
 	at   time.Duration // clock time of the last run
 	clk  Clock
@@ -28,7 +26,7 @@ func (p *refProbe) Run() {
 	}
 }
 
-func (p *refProbe) entry() *tasklist.Entry   { return p.base.entry() }
+func (p *refProbe) entry() *Entry            { return p.base.entry() }
 func (p *refProbe) Cancel() bool             { return p.base.Cancel() }
 func (p *refProbe) SetDelay(d time.Duration) { p.base.SetDelay(d) }
 
@@ -40,7 +38,7 @@ func newRefProbe(d time.Duration, clk Clock) *refProbe {
 }
 
 // addRefProbes adds n refProbes of delay d to st.
-func addRefProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Duration) []*refProbe {
+func addRefProbes(t *testing.T, st *Timer, clk Clock, n int, d time.Duration) []*refProbe {
 	t.Helper()
 	ps := make([]*refProbe, n)
 	for i := range ps {
@@ -50,11 +48,11 @@ func addRefProbes(t *testing.T, st *SystemTimer, clk Clock, n int, d time.Durati
 	return ps
 }
 
-// A task that embeds TaskBase is never staged: it is filed at once,
+// A task that embeds taskBase is never staged: it is filed at once,
 // whatever its deadline.
 func TestOnlyRefsAreStaged(t *testing.T) {
 	t.Parallel()
-	st, clk := newInlineTimer(t, WithWheelSize(20))
+	st, clk := newInlineTimer(t, withWheelSize(20))
 	p := addProbes(t, st, clk, 1, time.Hour)[0]
 	assert.NotNil(t, bucketOf(p))
 	r := addRefProbes(t, st, clk, 1, time.Hour)[0]
@@ -70,7 +68,7 @@ func TestOnlyRefsAreStaged(t *testing.T) {
 // staged runs it once, at the new deadline.
 func TestStagedTasksRunOnTime(t *testing.T) {
 	t.Parallel()
-	st, clk := newInlineTimer(t, WithWheelSize(20))
+	st, clk := newInlineTimer(t, withWheelSize(20))
 	const delay = time.Second
 	tasks := addRefProbes(t, st, clk, 3, delay)
 	for _, p := range tasks {
@@ -116,7 +114,7 @@ func TestStagedTasksRunOnTime(t *testing.T) {
 // turn as the drain, at the deadline's time or later, never before.
 func TestStagedTaskRunsInTheJumpPastItsDeadline(t *testing.T) {
 	t.Parallel()
-	mt := NewMockTimer()
+	mt := NewMock()
 	defer mt.Close()
 	p := newRefProbe(time.Hour, mt.clock)
 	require.NoError(t, mt.Add(p))
@@ -135,16 +133,16 @@ func TestCancelBetweenTheDrainSteps(t *testing.T) {
 	for _, linkedFirst := range []bool{false, true} {
 		t.Run(map[bool]string{false: "before the link", true: "after the link"}[linkedFirst], func(t *testing.T) {
 			const delay = time.Second
-			st, clk := newInlineTimer(t, WithWheelSize(20))
+			st, clk := newInlineTimer(t, withWheelSize(20))
 			tasks := addRefProbes(t, st, clk, 3, delay)
 			target := tasks[1].entry()
 			var cancelled, seen bool
-			st.hooks = &hooks{refile: func(e *tasklist.Entry, linked bool) {
+			st.hooks = &hooks{refile: func(e *Entry, linked bool) {
 				if e != target || linked != linkedFirst {
 					return
 				}
 				seen = true
-				require.NotZero(t, e.State.Load()&tasklist.AddLock, "the drain holds the add-lock")
+				require.NotZero(t, e.State.Load()&addLockBit, "the drain holds the add-lock")
 				cancelled = tasks[1].Cancel()
 				assert.Nil(t, bucketOf(tasks[1]), "a cancelled entry is in no bucket")
 			}}
@@ -152,7 +150,7 @@ func TestCancelBetweenTheDrainSteps(t *testing.T) {
 			st.runDue()
 			require.True(t, seen)
 			assert.True(t, cancelled, "the Cancel prevented a pending run")
-			assert.Zero(t, target.State.Load()&tasklist.AddLock, "the add-lock is let go")
+			assert.Zero(t, target.State.Load()&addLockBit, "the add-lock is let go")
 			assert.False(t, target.Linked())
 			assert.Equal(t, 2, st.Size())
 			clk.Advance(delay)

@@ -1,4 +1,4 @@
-package tasklist
+package core
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ func TestListSize(t *testing.T) {
 
 // What linking and unlinking write in a List shares one 64-byte line.
 func TestHotFieldsInOneLine(t *testing.T) {
-	if end := HotEnd(); end > 64 {
+	if end := hotEnd(); end > 64 {
 		t.Fatalf("the hot fields end at byte %d, past the first line", end)
 	}
 }
