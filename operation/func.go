@@ -19,10 +19,10 @@ type Func struct {
 // that only its timeout, its context or a ForceComplete completes. answer
 // runs exactly once, when the operation completes, with its Cause: nil when
 // ready returned true or ForceComplete was called, ErrExpired on timeout,
-// ErrShutdown when the purgatory shut down, or the context's cause (see
-// WithContext). answer runs on whichever goroutine completed the operation,
-// so it must not block: hand the answer to a buffered channel, or write it
-// out directly. NewFunc panics if answer is nil.
+// purgatory.ErrShutdown when the purgatory shut down, or the context's
+// cause (see WithContext). answer runs on whichever goroutine completed the
+// operation, so it must not block: hand the answer to a buffered channel,
+// or write it out directly. NewFunc panics if answer is nil.
 func NewFunc(timeout time.Duration, ready func() bool, answer func(cause error), opts ...InitOption) *Func {
 	if answer == nil {
 		panic("operation: NewFunc needs an answer function")

@@ -47,11 +47,6 @@ var (
 
 	// ErrExpired is the Cause of an operation its timeout completed.
 	ErrExpired = errors.New("operation: timed out")
-
-	// ErrShutdown is the Cause of an operation that was still pending when
-	// its purgatory shut down, and was expired then. The purgatory returns
-	// the same error (purgatory.ErrShutdown) for work offered after it.
-	ErrShutdown = errors.New("purgatory: shut down")
 )
 
 // MaxKeys is the most keys one operation can be watched on: its live watch
@@ -165,7 +160,7 @@ func (b *Base) IsCancelled() bool { return lifecycle.IsCancelled(b.op()) }
 // Cause reports why the operation completed. It is nil while the operation
 // is pending and when it completed early (its TryComplete, or a
 // ForceComplete); [ErrExpired] when its timeout completed it;
-// [ErrShutdown] when its purgatory shut down with it pending;
+// purgatory.ErrShutdown when its purgatory shut down with it pending;
 // context.Cause(ctx) when the context given to [WithContext] ended; and
 // the cause given to the purgatory's CompleteForKey. Call it
 // from OnComplete to tell a timeout from success:
@@ -182,7 +177,7 @@ func (b *Base) Cause() error {
 	case lifecycle.Expired:
 		return ErrExpired
 	case lifecycle.Shutdown:
-		return ErrShutdown
+		return lifecycle.ErrShutdown
 	case lifecycle.Context:
 		return lifecycle.ContextCause(b.op())
 	case lifecycle.ForKey:

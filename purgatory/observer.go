@@ -67,7 +67,7 @@ type Departure struct {
 	// Outcome is how it left.
 	Outcome Outcome
 	// Cause is what the operation's Cause reports: nil for an early
-	// completion and a cancel, operation.ErrExpired, operation.ErrShutdown,
+	// completion and a cancel, operation.ErrExpired, ErrShutdown,
 	// context.Cause of its context, or the cause given to CompleteForKey.
 	Cause error
 	// Time is how long it was parked: from its park to its completion (its
@@ -153,7 +153,7 @@ func (a *observing[K, T]) Left(o *lifecycle.Op, k lifecycle.Outcome, state any, 
 	case lifecycle.Expired:
 		d.Cause = operation.ErrExpired
 	case lifecycle.Shutdown:
-		d.Cause = operation.ErrShutdown
+		d.Cause = ErrShutdown
 	case lifecycle.Context:
 		d.Cause = lifecycle.ContextCause(o)
 	case lifecycle.ForKey:

@@ -219,7 +219,7 @@ func TestObserverIsToldEveryOutcome(t *testing.T) {
 		{recState{"r", 5}, purgatory.OutcomeCancelled, 40 * time.Millisecond, 1},
 		{recState{"r", 6}, purgatory.OutcomeShutdown, 45 * time.Millisecond, 1},
 	}, got)
-	assert.Equal(t, []error{nil, operation.ErrExpired, context.Canceled, errMoved, nil, operation.ErrShutdown}, causes)
+	assert.Equal(t, []error{nil, operation.ErrExpired, context.Canceled, errMoved, nil, purgatory.ErrShutdown}, causes)
 	assert.Equal(t, "refused", r.events[13].call)
 	assert.ErrorIs(t, r.events[13].err, purgatory.ErrShutdown)
 }
