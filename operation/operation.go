@@ -40,14 +40,10 @@ type DelayedOperation interface {
 
 type sealed = lifecycle.Sealed
 
-// Errors reported for operations. Check them with [errors.Is].
-var (
-	// ErrNotInitialised means Init was not called on the operation's Base.
-	ErrNotInitialised = errors.New("operation: Base.Init not called")
-
-	// ErrExpired is the Cause of an operation its timeout completed.
-	ErrExpired = errors.New("operation: timed out")
-)
+// ErrExpired is the Cause of an operation its timeout completed. Check it
+// with [errors.Is]. The other causes are purgatory.ErrShutdown, a
+// context's cause (WithContext) and CompleteForKey's.
+var ErrExpired = errors.New("operation: timed out")
 
 // MaxKeys is the most keys one operation can be watched on: its live watch
 // entries are counted in 21 bits of its state (2,097,151 keys).
@@ -63,7 +59,8 @@ const MaxKeys = 1<<21 - 1
 //	f := &delayedFetch{...}
 //	f.Init(f, maxWait)
 //
-// The zero Base is not ready: a purgatory refuses it with ErrNotInitialised.
+// The zero Base is not ready: a purgatory refuses it with
+// purgatory.ErrNotInitialised.
 // A Base must not be copied after Init.
 type Base struct {
 	state

@@ -18,8 +18,8 @@ var (
 	// ErrNilOperation is returned for a nil operation.
 	ErrNilOperation = errors.New("purgatory: nil operation")
 	// ErrNotInitialised is returned for an operation whose Base.Init was
-	// not called. It wraps operation.ErrNotInitialised.
-	ErrNotInitialised = errors.New("purgatory: operation not initialised")
+	// not called.
+	ErrNotInitialised = errors.New("purgatory: operation not initialised: call Base.Init")
 	// ErrAlreadyWatched is returned for an operation that is already parked
 	// in a purgatory, completed, or cancelled by CancelForKey.
 	ErrAlreadyWatched = errors.New("purgatory: operation already parked, completed or cancelled")
