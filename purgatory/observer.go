@@ -9,10 +9,9 @@ import (
 )
 
 // Observer is told when an operation is parked, when it leaves the
-// purgatory, and when a park is refused. Install one with WithObserver;
-// package github.com/purgatory-go/purgatory/purgatory/timing records the
-// time in purgatory with one, and the modules contrib/prometheus and
-// contrib/otel export it.
+// purgatory, and when a park is refused. Install one with WithObserver.
+// The modules contrib/timing (histograms of the time in purgatory),
+// contrib/prometheus and contrib/otel are built on it.
 //
 // Every Parked is followed by exactly one Left, given what Parked
 // returned: an observer keeps its per-operation state there (a span, a

@@ -56,6 +56,23 @@ func (y *tally) Refused(_ purgatory.Park, err error) {
 	}
 }
 
+// timeSum is an Observer that counts the departures and adds up their
+// time in purgatory, by outcome: what a time-in-purgatory recorder keeps,
+// without the histogram's buckets.
+type timeSum struct {
+	n   [purgatory.Outcomes]atomic.Uint64
+	sum [purgatory.Outcomes]atomic.Int64 // nanoseconds
+}
+
+func (*timeSum) Parked(purgatory.Park) any { return nil }
+
+func (s *timeSum) Left(_ any, d purgatory.Departure) {
+	s.n[d.Outcome].Add(1)
+	s.sum[d.Outcome].Add(int64(d.Time))
+}
+
+func (*timeSum) Refused(purgatory.Park, error) {}
+
 // checkTally checks, once nothing is in flight, that y was told of every
 // departure that st counts, each once, under the outcome st counts it
 // in, and of every ErrFull refusal. early is how many operations more than

@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
