@@ -1,12 +1,12 @@
 # purgatory-go: every target installs what it needs through the Go module proxy.
-# Four modules: the library (.), examples/, contrib/prometheus and
-# contrib/otel, each with its own go.mod so that what the examples need
-# (franz-go) and what the adapters need (client_golang, OpenTelemetry) stay
-# out of the library's dependencies. Targets that build, vet, test or lint
-# run in all four.
+# Five modules: the library (.), examples/, contrib/timing,
+# contrib/prometheus and contrib/otel, each with its own go.mod so that what
+# the examples need (franz-go) and what the adapters need (client_golang,
+# OpenTelemetry) stay out of the library's dependencies, and the adapters
+# out of its API. Targets that build, vet, test or lint run in all five.
 GO        ?= go
 PKGS      := ./...
-MODULES   := . examples contrib/prometheus contrib/otel
+MODULES   := . examples contrib/timing contrib/prometheus contrib/otel
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); done
 FUZZTIME  ?= 30s

@@ -7,6 +7,7 @@ replace github.com/purgatory-go/purgatory => ..
 require (
 	github.com/purgatory-go/purgatory v0.0.0
 	github.com/purgatory-go/purgatory/contrib/otel v0.0.0
+	github.com/purgatory-go/purgatory/contrib/timing v0.0.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
@@ -47,3 +48,5 @@ require (
 replace github.com/purgatory-go/purgatory/contrib/prometheus => ../contrib/prometheus
 
 replace github.com/purgatory-go/purgatory/contrib/otel => ../contrib/otel
+
+replace github.com/purgatory-go/purgatory/contrib/timing => ../contrib/timing

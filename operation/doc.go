@@ -49,8 +49,8 @@
 //     but is not serialised with a TryComplete running on another
 //     goroutine.)
 //  5. Cause tells OnComplete why it runs: nil for an early completion,
-//     ErrExpired, ErrShutdown, or the cause of the context given to
-//     WithContext.
+//     ErrExpired, purgatory.ErrShutdown, or the cause of the context given
+//     to WithContext.
 //
 // ForceComplete of an operation whose Init was never called panics: there
 // is no OnComplete to run.

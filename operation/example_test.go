@@ -84,11 +84,30 @@ func Example() {
 	// second: REQUEST_TIMED_OUT
 }
 
-// A long poll in an HTTP handler, with no operation type of its own: the
-// handler parks a Func until a message arrives, its timeout passes, or the
-// client goes away (the request's context).
-func ExampleNewFunc() {
-	p, _ := purgatory.New[string, *operation.Func]("poll")
+// longPoll is an HTTP handler's request: it completes when a message is
+// waiting for its topic, and hands its Cause to the handler. A handler's
+// operation needs no more than this.
+type longPoll struct {
+	operation.Base
+	waiting func() bool // under the operation's lock
+	done    chan error  // buffered 1: OnComplete must not block
+}
+
+func (l *longPoll) TryComplete() bool {
+	if l.waiting() {
+		return l.ForceComplete()
+	}
+	return false
+}
+
+func (l *longPoll) OnComplete()   { l.done <- l.Cause() }
+func (l *longPoll) OnExpiration() {}
+
+// A long poll in an HTTP handler: the handler parks its request until a
+// message arrives, its timeout passes, or the client goes away (the
+// request's context).
+func Example_longPoll() {
+	p, _ := purgatory.New[string, *longPoll]("poll")
 	defer p.Shutdown(context.Background())
 
 	var mu sync.Mutex
@@ -96,27 +115,23 @@ func ExampleNewFunc() {
 
 	poll := func(w http.ResponseWriter, r *http.Request) {
 		topic := r.URL.Query().Get("topic")
-		reply := make(chan string, 1) // the answer must not block
-		ready := func() bool {
+		op := &longPoll{done: make(chan error, 1), waiting: func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(inbox[topic]) > 0
-		}
-		answer := func(cause error) {
-			if cause != nil {
-				reply <- "no message: " + cause.Error()
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			reply <- inbox[topic][0]
-		}
-		op := operation.NewFunc(5*time.Second, ready, answer, operation.WithContext(r.Context()))
+		}}
+		op.Init(op, 5*time.Second, operation.WithContext(r.Context()))
 		if _, err := p.TryCompleteElseWatch(op, topic); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprint(w, <-reply)
+		if cause := <-op.done; cause != nil {
+			fmt.Fprint(w, "no message: "+cause.Error())
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprint(w, inbox[topic][0])
 	}
 	srv := httptest.NewServer(http.HandlerFunc(poll))
 	defer srv.Close()
@@ -144,25 +159,45 @@ func ExampleNewFunc() {
 	// hello
 }
 
+// groupOp is one of a group's requests (a join, a sync): it completes once
+// ready reports true, and then runs answer.
+type groupOp struct {
+	operation.Base
+	ready  func() bool // under the group's shared lock
+	answer func()
+}
+
+func (g *groupOp) TryComplete() bool {
+	if g.ready() {
+		return g.ForceComplete()
+	}
+	return false
+}
+
+func (g *groupOp) OnComplete()   { g.answer() }
+func (g *groupOp) OnExpiration() {}
+
 // Operations that must not interleave share a lock (Kafka's lockOpt): a
 // group's join and sync, say. With a SharedLock, a callback running under
 // the lock may check the other operations that share it; the check runs as
 // the lock is released.
 func ExampleWithLock() {
-	p, _ := purgatory.New[operation.GroupJoinKey, *operation.Func]("Rebalance", purgatory.WithoutTimer())
+	p, _ := purgatory.New[operation.GroupJoinKey, *groupOp]("Rebalance", purgatory.WithoutTimer())
 	defer p.Shutdown(context.Background())
 
 	var group operation.SharedLock
 	key := operation.GroupJoinKey{GroupID: "g"}
 	joined := false
-	join := operation.NewFunc(time.Minute, func() bool { return true }, func(error) {
+	join := &groupOp{ready: func() bool { return true }, answer: func() {
 		fmt.Println("join answered")
 		joined = true // the group's state, guarded by the shared lock
 		p.CheckAndComplete(key)
-	}, operation.WithLock(&group))
-	syncOp := operation.NewFunc(time.Minute, func() bool { return joined }, func(error) {
+	}}
+	join.Init(join, time.Minute, operation.WithLock(&group))
+	syncOp := &groupOp{ready: func() bool { return joined }, answer: func() {
 		fmt.Println("sync answered")
-	}, operation.WithLock(&group))
+	}}
+	syncOp.Init(syncOp, time.Minute, operation.WithLock(&group))
 
 	_, _ = p.TryCompleteElseWatch(syncOp, key)
 	_, _ = p.TryCompleteElseWatch(join, key)
@@ -176,34 +211,48 @@ func ExampleWithLock() {
 // An operation tied to a context completes when the context ends: its
 // Cause is the context's, and OnExpiration does not run.
 func ExampleWithContext() {
-	p, _ := purgatory.New[string, *operation.Func]("requests")
+	p, _ := purgatory.New[string, *longPoll]("requests")
 	defer p.Shutdown(context.Background())
 
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan error, 1)
-	op := operation.NewFunc(time.Minute, nil, func(cause error) { done <- cause }, operation.WithContext(ctx))
+	op := &longPoll{waiting: func() bool { return false }, done: make(chan error, 1)}
+	op.Init(op, time.Minute, operation.WithContext(ctx))
 	_, _ = p.TryCompleteElseWatch(op, "k")
 
 	cancel(errors.New("client went away"))
-	fmt.Println(<-done)
+	fmt.Println(<-op.done)
 	fmt.Println("expired:", op.IsExpired())
 	// Output:
 	// client went away
 	// expired: false
 }
 
+// reporter completes only by its timeout, a ForceComplete or a shutdown,
+// and prints its Cause under its name.
+type reporter struct {
+	operation.Base
+	name string
+}
+
+func newReporter(name string, timeout time.Duration) *reporter {
+	r := &reporter{name: name}
+	r.Init(r, timeout)
+	return r
+}
+
+func (r *reporter) TryComplete() bool { return false }
+func (r *reporter) OnComplete()       { fmt.Printf("%s: %v\n", r.name, r.Cause()) }
+func (r *reporter) OnExpiration()     {}
+
 // Cause, read in OnComplete (or after), says how the operation ended.
 func ExampleBase_Cause() {
 	mt := timer.NewMockTimer()
-	p, _ := purgatory.New[string, *operation.Func]("causes", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	p, _ := purgatory.New[string, *reporter]("causes", purgatory.WithTimer(mt), purgatory.WithoutReaper())
 
-	show := func(name string) func(error) {
-		return func(cause error) { fmt.Printf("%s: %v\n", name, cause) }
-	}
-	early := operation.NewFunc(time.Second, nil, show("early"))
-	timedOut := operation.NewFunc(time.Second, nil, show("timed out"))
-	atShutdown := operation.NewFunc(time.Hour, nil, show("at shutdown"))
-	for _, op := range []*operation.Func{early, timedOut, atShutdown} {
+	early := newReporter("early", time.Second)
+	timedOut := newReporter("timed out", time.Second)
+	atShutdown := newReporter("at shutdown", time.Hour)
+	for _, op := range []*reporter{early, timedOut, atShutdown} {
 		_, _ = p.TryCompleteElseWatch(op, "k")
 	}
 	early.ForceComplete()

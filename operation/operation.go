@@ -40,19 +40,10 @@ type DelayedOperation interface {
 
 type sealed = lifecycle.Sealed
 
-// Errors reported for operations. Check them with [errors.Is].
-var (
-	// ErrNotInitialised means Init was not called on the operation's Base.
-	ErrNotInitialised = errors.New("operation: Base.Init not called")
-
-	// ErrExpired is the Cause of an operation its timeout completed.
-	ErrExpired = errors.New("operation: timed out")
-
-	// ErrShutdown is the Cause of an operation that was still pending when
-	// its purgatory shut down, and was expired then. The purgatory returns
-	// the same error (purgatory.ErrShutdown) for work offered after it.
-	ErrShutdown = errors.New("purgatory: shut down")
-)
+// ErrExpired is the Cause of an operation its timeout completed. Check it
+// with [errors.Is]. The other causes are purgatory.ErrShutdown, a
+// context's cause (WithContext) and CompleteForKey's.
+var ErrExpired = errors.New("operation: timed out")
 
 // MaxKeys is the most keys one operation can be watched on: its live watch
 // entries are counted in 21 bits of its state (2,097,151 keys).
@@ -68,7 +59,8 @@ const MaxKeys = 1<<21 - 1
 //	f := &delayedFetch{...}
 //	f.Init(f, maxWait)
 //
-// The zero Base is not ready: a purgatory refuses it with ErrNotInitialised.
+// The zero Base is not ready: a purgatory refuses it with
+// purgatory.ErrNotInitialised.
 // A Base must not be copied after Init.
 type Base struct {
 	state
@@ -165,7 +157,7 @@ func (b *Base) IsCancelled() bool { return lifecycle.IsCancelled(b.op()) }
 // Cause reports why the operation completed. It is nil while the operation
 // is pending and when it completed early (its TryComplete, or a
 // ForceComplete); [ErrExpired] when its timeout completed it;
-// [ErrShutdown] when its purgatory shut down with it pending;
+// purgatory.ErrShutdown when its purgatory shut down with it pending;
 // context.Cause(ctx) when the context given to [WithContext] ended; and
 // the cause given to the purgatory's CompleteForKey. Call it
 // from OnComplete to tell a timeout from success:
@@ -182,7 +174,7 @@ func (b *Base) Cause() error {
 	case lifecycle.Expired:
 		return ErrExpired
 	case lifecycle.Shutdown:
-		return ErrShutdown
+		return lifecycle.ErrShutdown
 	case lifecycle.Context:
 		return lifecycle.ContextCause(b.op())
 	case lifecycle.ForKey:

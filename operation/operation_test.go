@@ -102,31 +102,54 @@ func TestBaseIs88Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(88), unsafe.Sizeof(operation.Base{}))
 }
 
-// NewFunc: ready under the lock completes it early; a timeout reaches
-// answer as ErrExpired; answer runs once.
-func TestNewFunc(t *testing.T) {
+// causeOp is an operation written as the docs say: it embeds Base,
+// completes when ready reports true (never, if ready is nil), and hands
+// its Cause to answer from OnComplete.
+type causeOp struct {
+	operation.Base
+	ready  func() bool
+	answer func(cause error)
+}
+
+func newCauseOp(timeout time.Duration, ready func() bool, answer func(error)) *causeOp {
+	o := &causeOp{ready: ready, answer: answer}
+	o.Init(o, timeout)
+	return o
+}
+
+func (o *causeOp) TryComplete() bool {
+	if o.ready != nil && o.ready() {
+		return o.ForceComplete()
+	}
+	return false
+}
+
+func (o *causeOp) OnComplete()   { o.answer(o.Cause()) }
+func (o *causeOp) OnExpiration() {}
+
+// A check that finds the condition met completes the operation early, and
+// its OnComplete sees a nil Cause; a timeout reaches OnComplete as
+// ErrExpired; OnComplete runs once for each.
+func TestCauseReachesOnComplete(t *testing.T) {
 	mt := timer.NewMockTimer()
-	p, err := purgatory.New[string, *operation.Func]("func", purgatory.WithTimer(mt), purgatory.WithoutReaper())
+	p, err := purgatory.New[string, *causeOp]("cause", purgatory.WithTimer(mt), purgatory.WithoutReaper())
 	require.NoError(t, err)
 	defer p.Shutdown(context.Background())
 	var ready atomic.Bool
 	var causes []error
 	answer := func(cause error) { causes = append(causes, cause) }
-	a := operation.NewFunc(time.Second, ready.Load, answer)
-	b := operation.NewFunc(time.Second, nil, answer)
-	for _, op := range []*operation.Func{a, b} {
+	a := newCauseOp(time.Second, ready.Load, answer)
+	b := newCauseOp(time.Second, nil, answer)
+	for _, op := range []*causeOp{a, b} {
 		done, err := p.TryCompleteElseWatch(op, "k")
 		require.NoError(t, err)
 		require.False(t, done)
 	}
 	ready.Store(true)
-	assert.Equal(t, 1, p.CheckAndComplete("k"), "a nil ready never completes it")
+	assert.Equal(t, 1, p.CheckAndComplete("k"), "one that is never ready is not completed by a check")
 	mt.Advance(time.Second)
 	assert.Equal(t, []error{nil, operation.ErrExpired}, causes)
 	assert.True(t, b.IsExpired())
-	assert.PanicsWithValue(t, "operation: NewFunc needs an answer function", func() {
-		operation.NewFunc(time.Second, nil, nil)
-	})
 }
 
 // shadowing declares methods of its own named like the lifecycle's and

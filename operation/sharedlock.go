@@ -16,8 +16,8 @@ import "github.com/purgatory-go/purgatory/internal/lifecycle"
 // Parks are handled much the same way. TryCompleteElseWatch of an
 // operation whose SharedLock is held, by a callback running under it or by
 // code that locked it, makes its refusals (ErrAlreadyWatched, ErrFull,
-// ErrShutdown, bad keys) at once, returns false, and leaves the rest of
-// the park to whoever unlocks next, which finishes it (the first
+// purgatory.ErrShutdown, bad keys) at once, returns false, and leaves the
+// rest of the park to whoever unlocks next, which finishes it (the first
 // TryComplete, the watches, the last TryComplete) before the lock is
 // released, and adds its timeout just after. So the park is over by the
 // time anyone else can take the lock, as with Kafka's re-entrant lock;

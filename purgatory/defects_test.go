@@ -62,7 +62,7 @@ func TestShutdownDuringParkEndsOneWay(t *testing.T) {
 					require.NoError(t, <-shut)
 					assert.Equal(t, int32(1), op.Completes.Load())
 					assert.Equal(t, int32(1), op.Expiries.Load())
-					assert.ErrorIs(t, op.Cause(), operation.ErrShutdown)
+					assert.ErrorIs(t, op.Cause(), purgatory.ErrShutdown)
 					assert.Equal(t, 0, p.NumDelayed())
 				})
 			}

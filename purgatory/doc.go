@@ -116,10 +116,10 @@
 // state without a map. Without an observer, the request path reads no
 // clock and allocates nothing for it; with one, each park and departure
 // reads the clock once and the operation's handle grows from 16 to 96 bytes.
-// Package purgatory/timing is an observer that keeps the time-in-purgatory
-// histograms; contrib/prometheus and contrib/otel (modules of their own)
-// export them, and contrib/otel traces each parked operation.
-// docs/observing.md has the details.
+// Modules of their own build on it: contrib/timing is an observer that
+// keeps the time-in-purgatory histograms, contrib/prometheus and
+// contrib/otel export the figures, and contrib/otel traces each parked
+// operation. docs/observing.md has the details.
 //
 // # Memory
 //

@@ -10,7 +10,6 @@ import (
 
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -56,9 +55,8 @@ func (f *delayedFetch) OnExpiration() {
 // Writing an operation, parking it, and completing it from an event.
 func Example() {
 	mt := timer.NewMockTimer() // deterministic time for the example
-	var times timing.Recorder  // how long operations stay, by outcome
 	p, err := purgatory.New[operation.TopicPartitionKey, *delayedFetch]("Fetch",
-		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithObserver(&times))
+		purgatory.WithTimer(mt), purgatory.WithoutReaper())
 	if err != nil {
 		panic(err)
 	}
@@ -82,7 +80,6 @@ func Example() {
 	mt.Advance(500 * time.Millisecond)
 	st := p.Stats()
 	fmt.Printf("pending %d, completed early %d, expired %d\n", st.Pending, st.CompletedEarly, st.Expired)
-	fmt.Println("time in purgatory, expired:", times.Snapshot().Expired)
 	// Output:
 	// parked: 2
 	// fetch-1: answered with 150 bytes
@@ -90,7 +87,6 @@ func Example() {
 	// fetch-2: answered with 150 bytes
 	// fetch-2: max wait passed
 	// pending 0, completed early 1, expired 1
-	// time in purgatory, expired: n=1 p50=500ms p99=500ms max=500ms
 }
 
 // Wiring CheckAndComplete to an event: the component that changes state

@@ -172,7 +172,7 @@ func (m *purgatoryModel) check() {
 			expiries, cause = 1, operation.ErrExpired
 		case "shutdown":
 			want.Shutdown++
-			expiries, cause = 1, operation.ErrShutdown
+			expiries, cause = 1, purgatory.ErrShutdown
 		case "context":
 			want.ContextDone++
 			cause = context.Canceled

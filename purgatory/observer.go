@@ -9,10 +9,9 @@ import (
 )
 
 // Observer is told when an operation is parked, when it leaves the
-// purgatory, and when a park is refused. Install one with WithObserver;
-// package github.com/purgatory-go/purgatory/purgatory/timing records the
-// time in purgatory with one, and the modules contrib/prometheus and
-// contrib/otel export it.
+// purgatory, and when a park is refused. Install one with WithObserver.
+// The modules contrib/timing (histograms of the time in purgatory),
+// contrib/prometheus and contrib/otel are built on it.
 //
 // Every Parked is followed by exactly one Left, given what Parked
 // returned: an observer keeps its per-operation state there (a span, a
@@ -67,7 +66,7 @@ type Departure struct {
 	// Outcome is how it left.
 	Outcome Outcome
 	// Cause is what the operation's Cause reports: nil for an early
-	// completion and a cancel, operation.ErrExpired, operation.ErrShutdown,
+	// completion and a cancel, operation.ErrExpired, ErrShutdown,
 	// context.Cause of its context, or the cause given to CompleteForKey.
 	Cause error
 	// Time is how long it was parked: from its park to its completion (its
@@ -153,7 +152,7 @@ func (a *observing[K, T]) Left(o *lifecycle.Op, k lifecycle.Outcome, state any, 
 	case lifecycle.Expired:
 		d.Cause = operation.ErrExpired
 	case lifecycle.Shutdown:
-		d.Cause = operation.ErrShutdown
+		d.Cause = ErrShutdown
 	case lifecycle.Context:
 		d.Cause = lifecycle.ContextCause(o)
 	case lifecycle.ForKey:

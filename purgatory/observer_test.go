@@ -56,6 +56,23 @@ func (y *tally) Refused(_ purgatory.Park, err error) {
 	}
 }
 
+// timeSum is an Observer that counts the departures and adds up their
+// time in purgatory, by outcome: what a time-in-purgatory recorder keeps,
+// without the histogram's buckets.
+type timeSum struct {
+	n   [purgatory.Outcomes]atomic.Uint64
+	sum [purgatory.Outcomes]atomic.Int64 // nanoseconds
+}
+
+func (*timeSum) Parked(purgatory.Park) any { return nil }
+
+func (s *timeSum) Left(_ any, d purgatory.Departure) {
+	s.n[d.Outcome].Add(1)
+	s.sum[d.Outcome].Add(int64(d.Time))
+}
+
+func (*timeSum) Refused(purgatory.Park, error) {}
+
 // checkTally checks, once nothing is in flight, that y was told of every
 // departure that st counts, each once, under the outcome st counts it
 // in, and of every ErrFull refusal. early is how many operations more than
@@ -219,7 +236,7 @@ func TestObserverIsToldEveryOutcome(t *testing.T) {
 		{recState{"r", 5}, purgatory.OutcomeCancelled, 40 * time.Millisecond, 1},
 		{recState{"r", 6}, purgatory.OutcomeShutdown, 45 * time.Millisecond, 1},
 	}, got)
-	assert.Equal(t, []error{nil, operation.ErrExpired, context.Canceled, errMoved, nil, operation.ErrShutdown}, causes)
+	assert.Equal(t, []error{nil, operation.ErrExpired, context.Canceled, errMoved, nil, purgatory.ErrShutdown}, causes)
 	assert.Equal(t, "refused", r.events[13].call)
 	assert.ErrorIs(t, r.events[13].err, purgatory.ErrShutdown)
 }

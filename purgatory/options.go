@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"reflect"
 
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/watchers"
-	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
@@ -18,8 +18,8 @@ var (
 	// ErrNilOperation is returned for a nil operation.
 	ErrNilOperation = errors.New("purgatory: nil operation")
 	// ErrNotInitialised is returned for an operation whose Base.Init was
-	// not called. It wraps operation.ErrNotInitialised.
-	ErrNotInitialised = errors.New("purgatory: operation not initialised")
+	// not called.
+	ErrNotInitialised = errors.New("purgatory: operation not initialised: call Base.Init")
 	// ErrAlreadyWatched is returned for an operation that is already parked
 	// in a purgatory, completed, or cancelled by CancelForKey.
 	ErrAlreadyWatched = errors.New("purgatory: operation already parked, completed or cancelled")
@@ -30,10 +30,9 @@ var (
 	// operation is neither parked nor tried; answer it with a "busy" error
 	// or retry later.
 	ErrFull = errors.New("purgatory: too many pending operations")
-	// ErrShutdown is returned once Shutdown has been called. It is
-	// operation.ErrShutdown, the Cause of an operation Shutdown expired:
-	// one error for one event, whichever package a caller checks with.
-	ErrShutdown = operation.ErrShutdown
+	// ErrShutdown is returned once Shutdown has been called, and is the
+	// Cause of an operation Shutdown expired: one error for one event.
+	ErrShutdown = lifecycle.ErrShutdown
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("purgatory: invalid option")
 )

@@ -45,7 +45,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	}
 	o := lifecycle.Of(op)
 	if !lifecycle.Initialised(o) {
-		return false, fmt.Errorf("%w (%w)", ErrNotInitialised, operation.ErrNotInitialised)
+		return false, ErrNotInitialised
 	}
 	if p.closed.Load() {
 		if p.obs != nil {

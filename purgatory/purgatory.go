@@ -68,7 +68,7 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 // TryCompleteElseWatch is either Pending or counted once in
 // CompletedEarly, Expired, ContextDone, Shutdown, CompletedForKey or
 // Cancelled. How long operations stayed is an Observer's business
-// (package purgatory/timing).
+// (module contrib/timing keeps histograms of it).
 type Stats struct {
 	Pending        int    // operations parked and not completed: NumDelayed
 	Watched        int    // watch entries of pending operations: Watched

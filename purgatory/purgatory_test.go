@@ -393,7 +393,7 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, purgatory.ErrNilOperation)
 	_, err = p.TryCompleteElseWatch(&mockOp{}, "k")
 	assert.ErrorIs(t, err, purgatory.ErrNotInitialised)
-	assert.ErrorIs(t, err, operation.ErrNotInitialised)
+	assert.EqualError(t, err, "purgatory: operation not initialised: call Base.Init", "one line that names the fix")
 	op := newOp(time.Second)
 	mustPark(t, p, op, "k")
 	_, err = p.TryCompleteElseWatch(op, "k2")

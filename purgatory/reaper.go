@@ -109,7 +109,7 @@ func (p *Purgatory[K, T]) reap() {
 
 // Shutdown stops the reaper and the timer and, unless
 // WithLeavePendingOnShutdown was given, expires every pending operation
-// (OnComplete, then OnExpiration, with Cause operation.ErrShutdown) so that
+// (OnComplete, then OnExpiration, with Cause ErrShutdown) so that
 // no parked request is left hanging. Afterwards TryCompleteElseWatch
 // returns ErrShutdown. Shutdown is idempotent; if ctx ends before the
 // reaper has stopped, it returns ctx.Err() and a later call may finish the

@@ -123,7 +123,7 @@ func TestResetTimeoutAfterShutdownAndWithoutTimer(t *testing.T) {
 	mustPark(t, p, op, "a")
 	require.NoError(t, p.Shutdown(context.Background()))
 	assert.False(t, p.ResetTimeout(op, time.Second))
-	assert.True(t, errors.Is(op.Cause(), operation.ErrShutdown))
+	assert.True(t, errors.Is(op.Cause(), purgatory.ErrShutdown))
 
 	q, err := purgatory.New[string, *mockOp]("no-timer", purgatory.WithoutTimer())
 	require.NoError(t, err)

@@ -277,7 +277,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 	case "expired":
 		stats.Expired, expiries, cause = 1, 1, operation.ErrExpired
 	case "shutdown":
-		stats.Shutdown, expiries, cause = 1, 1, operation.ErrShutdown
+		stats.Shutdown, expiries, cause = 1, 1, purgatory.ErrShutdown
 	case "context":
 		stats.ContextDone, cause = 1, context.Canceled
 	case "cancelled":

@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	purgatoryotel "github.com/purgatory-go/purgatory/contrib/otel"
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // benchOp is the smallest useful operation.

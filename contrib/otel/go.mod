@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/purgatory-go/purgatory v0.0.0
+	github.com/purgatory-go/purgatory/contrib/timing v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -24,6 +25,9 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-// The library is developed in the same repository: build against the
-// checkout this module sits in, not a published version.
-replace github.com/purgatory-go/purgatory => ../..
+// The library and contrib/timing are developed in the same repository:
+// build against the checkout this module sits in, not published versions.
+replace (
+	github.com/purgatory-go/purgatory => ../..
+	github.com/purgatory-go/purgatory/contrib/timing => ../timing
+)

@@ -96,7 +96,7 @@ func WithRootSpans() Option { return optionFunc(func(c *config) { c.roots = true
 // timeBounds are the time-in-purgatory histogram's bucket bounds, in
 // seconds: the powers of two of nanoseconds from 2^13 (8.192µs) to 2^37
 // (about 137s), as contrib/prometheus's default, and for the same reason:
-// each is a bound of the library's own buckets, and a fetch's 500 ms max
+// each is a bound of contrib/timing's buckets, and a fetch's 500 ms max
 // wait sits between two of them rather than in a bucket of minutes.
 func timeBounds() []float64 {
 	var b []float64

@@ -149,7 +149,7 @@ func TestSpanPerParkedOperation(t *testing.T) {
 		"context":   {"context", 1, codes.Unset, ""},
 		"for_key":   {"for_key", 1, codes.Error, "not leader"},
 		"cancelled": {"cancelled", 1, codes.Unset, ""},
-		"shutdown":  {"shutdown", 1, codes.Error, operation.ErrShutdown.Error()},
+		"shutdown":  {"shutdown", 1, codes.Error, purgatory.ErrShutdown.Error()},
 	}
 	got := map[string]want{}
 	for _, s := range h.spans.Ended() {

@@ -3,7 +3,7 @@ package purgatoryprom
 import (
 	"time"
 
-	"github.com/purgatory-go/purgatory/purgatory/timing"
+	"github.com/purgatory-go/purgatory/contrib/timing"
 )
 
 // Option configures a Collector.
@@ -22,7 +22,7 @@ type config struct {
 // positive and strictly increasing, or NewCollector panics. No bounds at
 // all leave only +Inf, _count and _sum: the cheapest way to export a mean.
 //
-// Bounds that are not bounds of the library's histogram give lower
+// Bounds that are not bounds of timing's histogram give lower
 // bounds on the true counts; see the package documentation. Powers of
 // two of nanoseconds are always exact, as in DefaultBuckets.
 func WithBuckets(bounds ...time.Duration) Option {
@@ -47,7 +47,7 @@ func WithTimes(r *timing.Recorder) AddOption {
 
 // DefaultBuckets returns the bounds a Collector uses unless told
 // otherwise: every power of two of nanoseconds from 2^13 ns (8.192µs) to
-// 2^37 ns (about 2m17s). Each is a bound of the library's histogram, so
+// 2^37 ns (about 2m17s). Each is a bound of timing's histogram, so
 // the counts are exact. It returns a new slice each time, to extend or
 // trim for WithBuckets.
 func DefaultBuckets() []time.Duration {
@@ -59,7 +59,7 @@ func DefaultBuckets() []time.Duration {
 	return b
 }
 
-// buckets turns the library's fine histogram into Prometheus buckets.
+// buckets turns timing's fine histogram into Prometheus buckets.
 type buckets struct {
 	bounds []time.Duration
 	le     []float64 // bounds in seconds: the keys of the le label
@@ -77,7 +77,7 @@ func newBuckets(bounds []time.Duration) buckets {
 }
 
 // cumulative returns, for each bound, how many durations h holds in the
-// library buckets that end at or below it, and h's count. The count is
+// timing buckets that end at or below it, and h's count. The count is
 // summed from the same buckets rather than read with Count, so that the
 // +Inf bucket always agrees with the others.
 func (b *buckets) cumulative(h *timing.Histogram) (map[float64]uint64, uint64) {
@@ -85,7 +85,7 @@ func (b *buckets) cumulative(h *timing.Histogram) (map[float64]uint64, uint64) {
 	var total uint64
 	j := 0
 	for hi, n := range h.Buckets() {
-		// A bound below hi ends inside this library bucket (or before
+		// A bound below hi ends inside this timing bucket (or before
 		// it): it gets the buckets before this one, and no share of this
 		// one, since how its durations spread is unknown.
 		for ; j < len(b.bounds) && b.bounds[j] < hi; j++ {

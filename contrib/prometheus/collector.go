@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 // Errors returned by Add. Check them with [errors.Is].

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 

@@ -13,7 +13,7 @@
 // Create one [Collector], add each purgatory under the name its metrics
 // are labelled with, and register the collector. The time-in-purgatory
 // histograms come from a timing.Recorder (package
-// github.com/purgatory-go/purgatory/purgatory/timing) installed on the
+// github.com/purgatory-go/purgatory/contrib/timing) installed on the
 // purgatory as its observer, and handed to Add with [WithTimes]:
 //
 //	var produceTimes timing.Recorder
@@ -60,29 +60,29 @@
 //
 // # Histogram buckets
 //
-// The library records time in purgatory in 274 fine buckets, eight
+// A timing.Recorder records time in purgatory in 274 fine buckets, eight
 // per power of two of nanoseconds. Exporting them all would cost 276
 // series per purgatory and outcome, so the collector sums them into
 // coarser Prometheus buckets. By default the bounds are the powers of two
 // from 2^13 ns (8.192µs) to 2^37 ns (about 137s), 25 of them; each is a
-// bound of the library's buckets, so every count is exact. [WithBuckets]
+// bound of timing's buckets, so every count is exact. [WithBuckets]
 // sets other bounds.
 //
-// A library bucket holds durations d with lo <= d < hi, and a Prometheus
-// bucket counts a library bucket only if the library bucket ends at or
+// A timing bucket holds durations d with lo <= d < hi, and a Prometheus
+// bucket counts a timing bucket only if the timing bucket ends at or
 // below its bound. Two consequences:
 //
-//   - A bound that is not one of the library's (a round 1ms, say) counts
-//     only the library buckets that end below it: its count is a lower
-//     bound, short by the durations between the library bound below it and
-//     itself. The library's bounds are the powers of two of nanoseconds
+//   - A bound that is not one of timing's (a round 1ms, say) counts
+//     only the timing buckets that end below it: its count is a lower
+//     bound, short by the durations between the timing bound below it and
+//     itself. Timing's bounds are the powers of two of nanoseconds
 //     from 2^10 (1.024µs) to 2^44 (about 4.9 hours), and 1.125, 1.25, ...
 //     1.875 times each of them but the last.
 //   - A duration exactly equal to a bound counts in the bucket above it,
 //     not in the bucket whose le is that bound as Prometheus would have
 //     it. With nanosecond durations this is rarely visible outside tests.
 //
-// The _sum is timing.Histogram.SumSeconds: the library keeps the sum in
+// The _sum is timing.Histogram.SumSeconds: timing keeps the sum in
 // microseconds, each duration rounded, which lasts 584,000 years of
 // accumulated time in purgatory (58 years of 20,000 fetches a second each
 // waiting 500ms).

@@ -6,6 +6,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.3
 	github.com/purgatory-go/purgatory v0.0.0
+	github.com/purgatory-go/purgatory/contrib/timing v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
@@ -24,6 +25,9 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-// The library is developed in the same repository: build against the
-// checkout this module sits in, not a published version.
-replace github.com/purgatory-go/purgatory => ../..
+// The library and contrib/timing are developed in the same repository:
+// build against the checkout this module sits in, not published versions.
+replace (
+	github.com/purgatory-go/purgatory => ../..
+	github.com/purgatory-go/purgatory/contrib/timing => ../timing
+)

@@ -31,9 +31,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	purgatoryprom "github.com/purgatory-go/purgatory/contrib/prometheus"
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 )
 
 const (
@@ -129,7 +129,7 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.store.get(p.key).answer(p.key))
 	case errors.Is(cause, operation.ErrExpired):
 		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(cause, operation.ErrShutdown):
+	case errors.Is(cause, purgatory.ErrShutdown):
 		// The server is stopping before the timeout the client asked for:
 		// 503 tells it to retry, here or elsewhere, rather than 204's
 		// "nothing changed", which would be a claim about a wait not made.

@@ -12,10 +12,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/examples/produce_fetch/internal/partlog"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 

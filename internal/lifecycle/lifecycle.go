@@ -31,6 +31,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,12 @@ func (k Outcome) String() string {
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(k))
 }
+
+// ErrShutdown is the one shutdown error: purgatory.ErrShutdown, which a
+// purgatory returns for work offered after Shutdown, and the Cause of an
+// operation Shutdown expired. It lives here because package operation
+// reports it and cannot import package purgatory.
+var ErrShutdown = errors.New("purgatory: shut down")
 
 func (o *Op) word() *atomic.Uint32 { return &o.entry().Aux }
 

@@ -6,25 +6,43 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/purgatory-go/purgatory/internal/optest"
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-type mockOp = optest.Op
+// mockOp completes when Ready is set and it is checked, and counts its
+// expiries (Kafka's MockDelayedOperation).
+type mockOp struct {
+	operation.Base
+	Ready    atomic.Bool
+	Expiries atomic.Int32
+}
+
+func (o *mockOp) TryComplete() bool {
+	if o.Ready.Load() {
+		return o.ForceComplete()
+	}
+	return false
+}
+
+func (o *mockOp) OnComplete()   {}
+func (o *mockOp) OnExpiration() { o.Expiries.Add(1) }
 
 type pg = purgatory.Purgatory[string, *mockOp]
 
 func newOp(timeout time.Duration, opts ...operation.InitOption) *mockOp {
-	return optest.New(timeout, opts...)
+	o := &mockOp{}
+	o.Init(o, timeout, opts...)
+	return o
 }
 
 // newMockPurgatory returns a purgatory on a MockTimer with no reaper,

@@ -6,24 +6,45 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-	"github.com/purgatory-go/purgatory/purgatory/timing"
 	"github.com/purgatory-go/purgatory/timer"
 )
+
+// request completes once ready is set and its key is checked.
+type request struct {
+	operation.Base
+	ready *atomic.Bool
+}
+
+func newRequest(timeout time.Duration, ready *atomic.Bool) *request {
+	r := &request{ready: ready}
+	r.Init(r, timeout)
+	return r
+}
+
+func (r *request) TryComplete() bool {
+	if r.ready.Load() {
+		return r.ForceComplete()
+	}
+	return false
+}
+
+func (r *request) OnComplete()   {}
+func (r *request) OnExpiration() {}
 
 // Quantiles of the time in purgatory, for a dashboard or a log line.
 func ExampleHistogram_Quantile() {
 	mt := timer.NewMockTimer() // deterministic time for the example
 	var times timing.Recorder
-	p, _ := purgatory.New[string, *operation.Func]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
+	p, _ := purgatory.New[string, *request]("Fetch", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
 		purgatory.WithObserver(&times))
 	defer p.Shutdown(context.Background())
 
 	var appended atomic.Bool
 	for i := range 100 {
-		f := operation.NewFunc(time.Hour, appended.Load, func(error) {})
-		_, _ = p.TryCompleteElseWatch(f, fmt.Sprint(i))
+		_, _ = p.TryCompleteElseWatch(newRequest(time.Hour, &appended), fmt.Sprint(i))
 	}
 	appended.Store(true)
 	for i := range 100 { // one completes each millisecond
@@ -43,13 +64,13 @@ func ExampleHistogram_Quantile() {
 func ExampleRecorder() {
 	mt := timer.NewMockTimer()
 	var times timing.Recorder
-	p, _ := purgatory.New[string, *operation.Func]("Produce", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
+	p, _ := purgatory.New[string, *request]("Produce", purgatory.WithTimer(mt), purgatory.WithoutReaper(),
 		purgatory.WithObserver(&times))
 	defer p.Shutdown(context.Background())
 
-	never := func() bool { return false }
-	acked := operation.NewFunc(time.Second, never, func(error) {})
-	lost := operation.NewFunc(30*time.Millisecond, never, func(error) {})
+	var never atomic.Bool // the operations complete by ForceComplete or their timeout
+	acked := newRequest(time.Second, &never)
+	lost := newRequest(30*time.Millisecond, &never)
 	_, _ = p.TryCompleteElseWatch(acked, "orders-0")
 	_, _ = p.TryCompleteElseWatch(lost, "orders-1")
 	mt.Advance(4 * time.Millisecond)
