@@ -71,8 +71,8 @@ type Departure struct {
 	Cause error
 	// Time is how long it was parked: from its park to its completion (its
 	// OnComplete has not run yet) or cancel. It is measured on the timer's
-	// clock if the timer has a Now method (a MockTimer's, in tests), else
-	// on the runtime's monotonic clock.
+	// clock (Timer.Now: a MockTimer's, in tests), or on timer.SystemClock
+	// with WithoutTimer.
 	Time time.Duration
 	// Tries is how many times its TryComplete was called while it was
 	// parked, including the call that completed it.

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/purgatory-go/purgatory/internal/hist"
+	"github.com/purgatory-go/purgatory/contrib/timing/internal/hist"
 )
 
 // Histogram is a snapshot of how long operations stayed in a purgatory,

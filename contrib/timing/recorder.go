@@ -3,7 +3,7 @@ package timing
 import (
 	"iter"
 
-	"github.com/purgatory-go/purgatory/internal/hist"
+	"github.com/purgatory-go/purgatory/contrib/timing/internal/hist"
 	"github.com/purgatory-go/purgatory/purgatory"
 )
 

@@ -3,8 +3,8 @@
 // at most 12.5% wider than its lower bound, plus the smallest and largest
 // duration seen. Recording is two atomic adds and two loads (a
 // compare-and-swap only for a new extreme) and allocates nothing;
-// histograms with the same buckets merge by adding counts. Package
-// purgatory records the time operations spend parked, and exports
+// histograms with the same buckets merge by adding counts. Package timing
+// records the time operations spend parked in them, and exports
 // snapshots.
 package hist
 
