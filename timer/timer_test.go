@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -421,4 +422,9 @@ func TestConcurrentAddCancelWhileExpiring(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TaskBase stays at 64 bytes: one size class, and the heap target.
+func TestTaskBaseIs64Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(timer.TaskBase{}))
 }
