@@ -17,7 +17,7 @@ import (
 // write) and is never held while running a task. Only flush, under the
 // timer's write lock, holds more than one, taking them in index order;
 // everyone else holds one at a time.
-type bucket struct {
+type bucketFields struct {
 	stripes [bucketStripes]List
 
 	// expiration is the first tick of the span this bucket holds, or -1 when
@@ -40,10 +40,13 @@ type bucket struct {
 	// ordered by (expiration - lead).
 	index int
 	due   int64
+}
 
-	// Pads the bucket to a multiple of 128 bytes, so that in a wheel's
-	// array every stripe sits alike in its cache lines.
-	_ [128 - (unsafe.Sizeof(atomic.Int64{})+4*8)%128]byte
+// bucket pads bucketFields to a multiple of 128 bytes, so that in a
+// wheel's array every stripe sits alike in its cache lines.
+type bucket struct {
+	bucketFields
+	_ [128 - unsafe.Sizeof(bucketFields{})%128]byte
 }
 
 const bucketStripes = 4

@@ -57,18 +57,25 @@ type Observer interface {
 const trackerStripes = 16
 
 type trackerStripe struct {
-	// Written where operations are parked and watched.
-	arrived atomic.Uint64 // parks, less those whose CAS failed, and their watch entries (counts)
-	_       [128 - 8]byte
+	parkCounts
+	_ [128 - unsafe.Sizeof(parkCounts{})%128]byte
+	leaveCounts
+	_ [128 - unsafe.Sizeof(leaveCounts{})%128]byte
+}
 
-	// Written where they complete or are cancelled. On a line of their
-	// own: a request parked on one core and completed on another would
-	// otherwise take this line from the other core twice.
+// parkCounts are written where operations are parked and watched.
+type parkCounts struct {
+	arrived atomic.Uint64 // parks, less those whose CAS failed, and their watch entries (counts)
+}
+
+// leaveCounts are written where operations complete or are cancelled. On
+// a line of their own: a request parked on one core and completed on
+// another would otherwise take this line from the other core twice.
+type leaveCounts struct {
 	left      atomic.Uint64              // parked operations that completed or were cancelled, and their watch entries (counts)
 	done      [Completions]atomic.Uint64 // completed, by Outcome
 	cancelled atomic.Uint64
 	panics    atomic.Uint64
-	_         [128 - 64]byte
 }
 
 func (t *Tracker) stripe(o *Op) *trackerStripe {

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 )
@@ -81,7 +82,7 @@ const countStripes = 16
 
 type countStripe struct {
 	n atomic.Int64
-	_ [128 - 8]byte
+	_ [128 - unsafe.Sizeof(atomic.Int64{})]byte
 }
 
 // count returns the stripe of the entry count for the shard of hash.
