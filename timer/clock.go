@@ -40,15 +40,7 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Duration { return core.SystemNow() }
 
 // NewTimer returns a [time.Timer] wrapped as a ClockTimer.
-func (SystemClock) NewTimer(d time.Duration) ClockTimer {
-	return sysTimer{time.NewTimer(d)}
-}
-
-type sysTimer struct{ t *time.Timer }
-
-func (s sysTimer) C() <-chan time.Time   { return s.t.C }
-func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
-func (s sysTimer) Stop()                 { s.t.Stop() }
+func (SystemClock) NewTimer(d time.Duration) ClockTimer { return core.NewSystemClockTimer(d) }
 
 // clockOf adapts a Clock of the user's to the core's: the same methods,
 // but NewTimer's result is the core's type.

@@ -51,7 +51,11 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Duration { return SystemNow() }
 
-func (systemClock) NewTimer(d time.Duration) ClockTimer { return sysTimer{time.NewTimer(d)} }
+func (systemClock) NewTimer(d time.Duration) ClockTimer { return NewSystemClockTimer(d) }
+
+// NewSystemClockTimer returns a time.Timer of d wrapped as a ClockTimer,
+// for package timer's SystemClock too.
+func NewSystemClockTimer(d time.Duration) ClockTimer { return sysTimer{time.NewTimer(d)} }
 
 type sysTimer struct{ t *time.Timer }
 
@@ -60,8 +64,9 @@ func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 func (s sysTimer) Stop()                 { s.t.Stop() }
 
 // MockClock is the Clock of package timer's MockTimer: it moves only when
-// Advance or Set is called. It starts at zero. It is safe for concurrent use. Timers created from it fire
-// during the Advance that reaches their deadline.
+// Advance or Set is called. It starts at zero. It is safe for concurrent
+// use. Timers created from it fire during the Advance that reaches their
+// deadline.
 type MockClock struct {
 	mu     sync.Mutex
 	now    time.Duration
