@@ -102,7 +102,7 @@ const (
 // of every event, in the order given, each with its own state. Without
 // one a purgatory reads no clock and allocates nothing for observing; with
 // one, each park and departure reads the clock once, and each parked
-// operation's handle grows from 24 to 112 bytes. A nil o
+// operation's handle grows from 16 to 96 bytes. A nil o
 // makes New return ErrInvalidOption.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) { c.observers = append(c.observers, o) })

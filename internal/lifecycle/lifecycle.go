@@ -66,23 +66,26 @@ func Of(s Sealed) *Op { return s.lifecycleOp() }
 // sets. Op has no exported method: a timer of package timer expires it
 // through the expiry target Park sets, the Tracker.
 type Op struct {
-	// link holds the entry and its expiry target, the operation's Handle
-	// (o.handle()), which the watch lists hold too and which carries the
-	// Tracker of the purgatory the operation parks in. For a fat
-	// operation the Handle is the one Init made (stFat, set after it,
-	// publishes it), which Park fills in and keeps; otherwise Park sets
-	// it. Park writes both the target and the Handle's Tracker before its
-	// CAS, and only whoever has seen the operation parked (or cancelled,
-	// which comes after) reads them, so the CAS orders the two and they
-	// need no atomic store, which would cost a full barrier on every park.
+	// link holds the entry and its expiry target, the Tracker of the
+	// purgatory the operation parks in (o.tracker()). Park sets the target
+	// before its CAS, and only whoever has seen the operation parked (or
+	// cancelled, which comes after) reads it, so the CAS orders the two
+	// and the target needs no atomic store, which would cost a full
+	// barrier on every park.
 	link
 	// mu is the operation's own lock, for an operation not given one with
 	// WithLock (lock.go).
 	mu sync.Mutex
+	// h is the Handle the watch lists hold. For a fat operation it is the
+	// fatHandle Init made (stFat, set after it, publishes it), which Park
+	// fills in and keeps; otherwise Park sets it before its CAS, and only
+	// goroutines that saw the operation parked or cancelled read it. Plain
+	// stores either way, for the same reason as t.
+	h *Handle
 }
 
 // link names the embedded holder so that the field is unexported.
-type link = core.OpBase[Handle, *Handle]
+type link = core.OpBase[Tracker, *Tracker]
 
 // ref names the Handle's embedded reference so that the field is
 // unexported.
@@ -92,18 +95,9 @@ func (o *Op) lifecycleOp() *Op { return o }
 
 func (o *Op) entry() *core.Entry { return core.OpEntry(&o.link) }
 
-// handle returns the operation's Handle: nil until Park (or, for a fat
-// operation, Init) sets it.
-func (o *Op) handle() *Handle { return core.TargetOf(&o.link) }
-
 // tracker returns the Tracker of the purgatory o parked in. Read it only
 // once o is seen parked or cancelled.
-func (o *Op) tracker() *Tracker {
-	if h := o.handle(); h != nil {
-		return h.t
-	}
-	return nil
-}
+func (o *Op) tracker() *Tracker { return core.TargetOf(&o.link) }
 
 // State bits; see the package documentation.
 const (
@@ -177,13 +171,13 @@ func Self(o *Op) any { return o.entry().Owner }
 
 // Task returns the Handle of a parked operation as a timer.Task, to Add to
 // a timer. A package timer's timer expires the entry through the target
-// Park set on it, the Handle's ExpireEntry; any other Timer calls the
+// Park set on it, the Tracker's ExpireEntry; any other Timer calls the
 // Handle's Run. Either way the user's type is not consulted: a method of
 // its own named Run has no effect. A timer that holds the task a while
 // before filing it (a SystemTimer's staging of far deadlines) holds the
 // Handle, which the operation's completion clears: the operation is
 // unreachable from the timer at once.
-func Task(o *Op) timer.Task { return o.handle() }
+func Task(o *Op) timer.Task { return o.h }
 
 // Run expires the operation, if it is still pending: the Task's Run, for
 // a Timer other than package timer's.
@@ -195,10 +189,12 @@ func (h *Handle) Run() {
 
 // ExpireEntry expires the operation whose timer entry e is, if it is
 // still pending. A timer of package timer calls it for an entry whose
-// expiry target h is (core.ExpirerOf).
-func (h *Handle) ExpireEntry(e *core.Entry) {
-	if o := h.Op(); o != nil && o.entry() == e {
-		expire(o)
+// target is t (core.ExpirerOf).
+func (t *Tracker) ExpireEntry(e *core.Entry) {
+	if s, ok := e.Owner.(Sealed); ok {
+		if o := Of(s); o.entry() == e {
+			expire(o)
+		}
 	}
 }
 
@@ -219,9 +215,6 @@ type Handle struct {
 	// never changes: set before the Handle is published, or, by
 	// CompleteWith, from nil with a compare-and-swap.
 	ext atomic.Pointer[handleExt]
-	// t is the Tracker of the purgatory the operation parked in, written
-	// by Park before its CAS (see Op).
-	t *Tracker
 }
 
 // Op returns the operation, or nil once it has completed or been cancelled.
@@ -256,7 +249,7 @@ type handleExt struct {
 
 // sharedLock returns the lock given to WithLock if it is a SharedLock. It
 // is not kept in a field of its own: a pointer more would move an
-// extHandle from the 112-byte size class to the 128-byte one.
+// extHandle from the 96-byte size class to the 112-byte one.
 func (x *handleExt) sharedLock() *SharedLock {
 	s, _ := x.lock.(*SharedLock)
 	return s
@@ -283,7 +276,7 @@ func (o *Op) fat() *handleExt {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return o.handle().ext.Load()
+	return o.h.ext.Load()
 }
 
 // Options are what Init takes besides the timeout.
@@ -313,7 +306,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		h := newExtHandle()
 		x := h.ext.Load()
 		x.lock, x.ctx = opt.Lock, opt.Ctx
-		core.SetTarget(&o.link, h)
+		o.h = h
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
@@ -321,7 +314,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		// allocation's stores to drain, and cost 5% of the CPU per
 		// request of examples/purgatory_perf -timeout 1000 -pct50 50.
 		o.word().And(^stFat)
-		core.SetTarget(&o.link, nil)
+		o.h = nil
 	}
 }
 
@@ -364,7 +357,7 @@ func ContextCause(o *Op) error {
 // KeyCause returns the cause given to CompleteWith, for an operation that
 // completed as ForKey.
 func KeyCause(o *Op) error {
-	if x := o.handle().ext.Load(); x != nil {
+	if x := o.h.ext.Load(); x != nil {
 		if c := x.cause.Load(); c != nil {
 			return *c
 		}
@@ -388,8 +381,8 @@ func CompleteWith(o *Op, cause *error) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
-	// Seen parked: the Handle is published.
-	h := o.handle()
+	// Seen parked: o.h is published.
+	h := o.h
 	x := h.ext.Load()
 	if x == nil {
 		x = &handleExt{}
@@ -494,14 +487,14 @@ func (o *Op) completed(s uint32, k Outcome, end int64) {
 // the Handle) and the context's AfterFunc.
 //
 // parked says whether the operation was parked (or cancelled, which only a
-// parked one can be): only then may o.handle() be read, and only then is there
+// parked one can be): only then may o.h be read, and only then is there
 // anything but the timer entry to let go of.
 func (o *Op) release(parked bool) {
 	o.entry().Cancel()
 	if !parked {
 		return
 	}
-	o.handle().ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
+	o.h.ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
 	if fh := o.fat(); fh != nil {
 		if stop := fh.stop.Swap(nil); stop != nil {
 			(*stop)()
@@ -512,7 +505,7 @@ func (o *Op) release(parked bool) {
 // left tells t's Observer that o, which was parked, left as k at end. Only
 // the one departure calls it, so the ext's obs needs no lock.
 func (o *Op) left(t *Tracker, k Outcome, end int64) {
-	x := o.handle().ext.Load() // set at Park whenever t has an Observer
+	x := o.h.ext.Load() // set at Park whenever t has an Observer
 	state := x.obs
 	x.obs = nil
 	t.Obs.Left(o, k, state, x.parked, end, x.tries.Load())
@@ -632,13 +625,13 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 	var h *Handle
 	switch {
 	case w.Load()&stFat != 0:
-		h = o.handle()
+		h = o.h
 	case t.Obs != nil:
 		h = newExtHandle()
-		core.SetTarget(&o.link, h)
+		o.h = h
 	default:
 		h = &Handle{}
-		core.SetTarget(&o.link, h)
+		o.h = h
 	}
 	h.ref.Set(o.entry())
 	var x *handleExt
@@ -650,7 +643,7 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 		x.parked = now
 		x.obs = t.Obs.Parked(o, x.ctx, watches)
 	}
-	h.t = t
+	core.SetTarget(&o.link, t)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}

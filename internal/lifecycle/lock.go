@@ -193,7 +193,7 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 func (o *Op) tryComplete() (done bool) {
 	if t := o.tracker(); t != nil { // checkable: parked, so Park's write is seen
 		if t.Obs != nil {
-			o.handle().ext.Load().tries.Add(1)
+			o.h.ext.Load().tries.Add(1)
 		}
 		defer func() {
 			if r := recover(); r != nil {
