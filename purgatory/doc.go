@@ -123,7 +123,7 @@
 //
 // # Memory
 //
-// A parked operation costs about 139 bytes beyond its own fields, watched on
+// A parked operation costs about 124 bytes beyond its own fields, watched on
 // three keys (Kafka's: about 232). Watch lists hold a small handle instead of
 // the operation; completing or cancelling the operation clears the handle,
 // so it is released from every key at once (Kafka leaves it on its other keys

@@ -14,7 +14,7 @@
 //	bits 1-3   how it completed: early, expired, context, shutdown, for a key
 //	bit 4      parked: its park is published
 //	bit 5      a check found the lock held and left a note
-//	bits 6-7   unused
+//	bits 6-7   the operation's own lock (lock.go)
 //	bit 8      fat: the Handle carries a lock given to WithLock, or a context
 //	bit 9      cancelled (terminal unless completed by ForceComplete)
 //	bit 10     a park is deferred to the holder of its SharedLock (DeferPark)
@@ -73,9 +73,6 @@ type Op struct {
 	// and the target needs no atomic store, which would cost a full
 	// barrier on every park.
 	link
-	// mu is the operation's own lock, for an operation not given one with
-	// WithLock (lock.go).
-	mu sync.Mutex
 	// h is the Handle the watch lists hold. For a fat operation it is the
 	// fatHandle Init made (stFat, set after it, publishes it), which Park
 	// fills in and keeps; otherwise Park sets it before its CAS, and only
@@ -106,6 +103,8 @@ const (
 	kindMask    uint32 = 7 << kindShift
 	stParked    uint32 = 1 << 4
 	stTryAgain  uint32 = 1 << 5
+	stLocked    uint32 = 1 << 6
+	stWaiters   uint32 = 1 << 7
 	stFat       uint32 = 1 << 8
 	stCancelled uint32 = 1 << 9
 	stDeferred  uint32 = 1 << 10

@@ -68,6 +68,7 @@ func TestOwnLockExcludes(t *testing.T) {
 	l.Unlock()
 	assert.True(t, tl.TryLock(), "Unlock let go")
 	l.Unlock()
+	assert.Panics(t, func() { l.Unlock() })
 }
 
 // Park refuses an operation that is parked, completed or cancelled, and a

@@ -1,20 +1,72 @@
 package lifecycle
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
-// opLock is an Op seen as a sync.Locker for its own mutex. Converting an
-// *Op to it allocates nothing. Its Lock runs the Tracker's Contended hook
-// (tests only) before it waits.
+// An operation's own lock is two bits of its state word (stLocked,
+// stWaiters), not a sync.Mutex: the mutex's 8 bytes made Op 88 bytes and
+// moved an operation with no fields of its own from the allocator's
+// 80-byte size class to the 96-byte one. Measured beside 54855e4, the
+// same code with a sync.Mutex, BenchmarkHeapPerParkedOperation gave
+// 124 B against 138.7-142 B a parked operation (medians of 3 and 5), and
+// perf run C's CPU per request was the same within noise.
+//
+// It is rarely contended (two checks of one operation at once, or a check
+// and its expiry), so the slow path is plain: a waiter sleeps on one of a
+// fixed set of condition variables, chosen by the operation's address,
+// which the first contended Lock of the process allocates.
+const parkStripes = 256
+
+type parkStripe struct {
+	mu   sync.Mutex
+	cond sync.Cond
+}
+
+var (
+	parkingOnce sync.Once
+	parking     *[parkStripes]parkStripe
+)
+
+// stripeOf returns the parking stripe of o, allocating the table on the
+// first call.
+func stripeOf(o *Op) *parkStripe {
+	parkingOnce.Do(func() {
+		t := new([parkStripes]parkStripe)
+		for i := range t {
+			t[i].cond.L = &t[i].mu
+		}
+		parking = t
+	})
+	return &parking[(uintptr(unsafe.Pointer(o))>>6)%parkStripes]
+}
+
+// opLock is an Op seen as a sync.Locker for its own lock. Converting an
+// *Op to it allocates nothing.
 type opLock Op
 
 func (l *opLock) op() *Op { return (*Op)(l) }
 
 // TryLock locks the operation's own lock if it is free.
-func (l *opLock) TryLock() bool { return l.mu.TryLock() }
+func (l *opLock) TryLock() bool {
+	w := l.op().word()
+	for {
+		s := w.Load()
+		if s&stLocked != 0 {
+			return false
+		}
+		if w.CompareAndSwap(s, s|stLocked) {
+			return true
+		}
+	}
+}
 
-// Lock locks the operation's own lock.
+// Lock locks the operation's own lock. If it is held, Lock runs the
+// Tracker's Contended hook (tests only) and sleeps until the holder's
+// Unlock wakes it.
 func (l *opLock) Lock() {
-	if l.mu.TryLock() {
+	if l.TryLock() {
 		return
 	}
 	o := l.op()
@@ -24,11 +76,42 @@ func (l *opLock) Lock() {
 			hk.Contended(o)
 		}
 	}
-	l.mu.Lock()
+	w := o.word()
+	p := stripeOf(o)
+	p.mu.Lock()
+	for {
+		s := w.Load()
+		if s&stLocked == 0 {
+			if w.CompareAndSwap(s, s|stLocked) {
+				p.mu.Unlock()
+				return
+			}
+			continue
+		}
+		// Ask the holder to wake us. The holder clears the bit and then
+		// takes p.mu to broadcast, so it cannot broadcast between our
+		// setting the bit and our waiting: we hold p.mu until Wait.
+		if s&stWaiters == 0 && !w.CompareAndSwap(s, s|stWaiters) {
+			continue
+		}
+		p.cond.Wait()
+	}
 }
 
-// Unlock unlocks the operation's own lock.
-func (l *opLock) Unlock() { l.mu.Unlock() }
+// Unlock unlocks the operation's own lock and wakes any waiters.
+func (l *opLock) Unlock() {
+	o := l.op()
+	old := o.word().And(^(stLocked | stWaiters))
+	if old&stLocked == 0 {
+		panic("operation: unlock of unlocked operation lock")
+	}
+	if old&stWaiters != 0 {
+		p := stripeOf(o)
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
 
 // lock returns the lock TryComplete runs under: the one given to WithLock,
 // or the operation's own.
