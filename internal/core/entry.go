@@ -32,7 +32,6 @@ package core
 
 import (
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,8 +75,8 @@ const (
 	// it for the whole of its unlink and link, the reaper while it
 	// refiles the entry one level down, and an owner while it decides
 	// about a fired entry (HoldAdd). It is held for a few instructions,
-	// never across a callback, so a goroutine that finds it held spins,
-	// yielding the processor after a few tries (LockAdd, HoldAdd).
+	// never across a callback. It is a bit lock (bitlock.go): a goroutine
+	// that finds it held sets addWaiters and sleeps until UnlockAdd.
 	//
 	// It is a bit of the state word rather than a sync.Mutex because a
 	// mutex is 8 bytes more in every entry, and so in every TaskBase and
@@ -86,7 +85,8 @@ const (
 	// one (BenchmarkHeapPerPendingTask, 64.1 -> 80.1 B a task) and cost
 	// 3% of BenchmarkAddCancel and BenchmarkAddCancelNewTask at 1M
 	// pending (140.5 -> 144.9 and 191.7 -> 198.3 ns, medians of 3).
-	addLock uint32 = 4
+	addLock    uint32 = 4
+	addWaiters uint32 = 8
 )
 
 // LoadDelay reads Delay, which a Reschedule may be writing.
@@ -103,14 +103,12 @@ func (e *Entry) IsFired() bool { return e.State.Load()&stateMask == stateIdle }
 // same entry runs. Release it with UnlockAdd. It is held only across a
 // few instructions, never across a callback, so a wait for it is short.
 func (e *Entry) HoldAdd() {
-	for spins := 0; ; spins++ {
+	for {
 		w := e.State.Load()
 		if w&addLock == 0 && e.State.CompareAndSwap(w, w|addLock) {
 			return
 		}
-		if spins > 8 {
-			runtime.Gosched()
-		}
+		WaitBit(&e.State, addLock, addWaiters)
 	}
 }
 
@@ -292,16 +290,14 @@ func (e *Entry) Fire() bool {
 
 // LockAdd takes the add-lock and marks the entry pending in one step.
 func (e *Entry) LockAdd() {
-	for spins := 0; ; spins++ {
+	for {
 		w := e.State.Load()
 		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|statePending|addLock) {
 			return
 		}
-		// Another goroutine is adding the same entry, or a reaper
-		// refiling it: a short wait.
-		if spins > 8 {
-			runtime.Gosched()
-		}
+		// Another goroutine is adding the same entry, a reaper refiling
+		// it, or its owner deciding about it: a short wait.
+		WaitBit(&e.State, addLock, addWaiters)
 	}
 }
 
@@ -331,7 +327,9 @@ func (e *Entry) UnlockAdd() {
 	if !e.IsPending() {
 		e.Unlink()
 	}
-	e.State.And(^addLock)
+	if old := e.State.And(^(addLock | addWaiters)); old&addWaiters != 0 {
+		WakeBit(&e.State)
+	}
 }
 
 // Unlink removes the entry from whatever List holds it. The List can

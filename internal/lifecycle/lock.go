@@ -2,45 +2,19 @@ package lifecycle
 
 import (
 	"sync"
-	"unsafe"
+
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
-// An operation's own lock is two bits of its state word (stLocked,
-// stWaiters), not a sync.Mutex: the mutex's 8 bytes made Op 88 bytes and
-// moved an operation with no fields of its own from the allocator's
-// 80-byte size class to the 96-byte one. Measured beside 54855e4, the
-// same code with a sync.Mutex, BenchmarkHeapPerParkedOperation gave
-// 124 B against 138.7-142 B a parked operation (medians of 3 and 5), and
-// perf run C's CPU per request was the same within noise.
-//
-// It is rarely contended (two checks of one operation at once, or a check
-// and its expiry), so the slow path is plain: a waiter sleeps on one of a
-// fixed set of condition variables, chosen by the operation's address,
-// which the first contended Lock of the process allocates.
-const parkStripes = 256
-
-type parkStripe struct {
-	mu   sync.Mutex
-	cond sync.Cond
-}
-
-var (
-	parkingOnce sync.Once
-	parking     *[parkStripes]parkStripe
-)
-
-// stripeOf returns the parking stripe of o, allocating the table on the
-// first call.
-func stripeOf(o *Op) *parkStripe {
-	parkingOnce.Do(func() {
-		t := new([parkStripes]parkStripe)
-		for i := range t {
-			t[i].cond.L = &t[i].mu
-		}
-		parking = t
-	})
-	return &parking[(uintptr(unsafe.Pointer(o))>>6)%parkStripes]
-}
+// An operation's own lock is a bit lock (internal/core's bitlock.go):
+// two bits of its state word (stLocked, stWaiters), not a sync.Mutex. The
+// mutex's 8 bytes made Op 88 bytes and moved an operation with no fields
+// of its own from the allocator's 80-byte size class to the 96-byte one.
+// Measured beside 54855e4, the same code with a sync.Mutex,
+// BenchmarkHeapPerParkedOperation gave 124 B against 138.7-142 B a parked
+// operation (medians of 3 and 5), and perf run C's CPU per request was the
+// same within noise. It is rarely contended: two checks of one operation
+// at once, or a check and its expiry.
 
 // opLock is an Op seen as a sync.Locker for its own lock. Converting an
 // *Op to it allocates nothing.
@@ -76,25 +50,8 @@ func (l *opLock) Lock() {
 			hk.Contended(o)
 		}
 	}
-	w := o.word()
-	p := stripeOf(o)
-	p.mu.Lock()
-	for {
-		s := w.Load()
-		if s&stLocked == 0 {
-			if w.CompareAndSwap(s, s|stLocked) {
-				p.mu.Unlock()
-				return
-			}
-			continue
-		}
-		// Ask the holder to wake us. The holder clears the bit and then
-		// takes p.mu to broadcast, so it cannot broadcast between our
-		// setting the bit and our waiting: we hold p.mu until Wait.
-		if s&stWaiters == 0 && !w.CompareAndSwap(s, s|stWaiters) {
-			continue
-		}
-		p.cond.Wait()
+	for !l.TryLock() {
+		core.WaitBit(o.word(), stLocked, stWaiters)
 	}
 }
 
@@ -106,10 +63,7 @@ func (l *opLock) Unlock() {
 		panic("operation: unlock of unlocked operation lock")
 	}
 	if old&stWaiters != 0 {
-		p := stripeOf(o)
-		p.mu.Lock()
-		p.cond.Broadcast()
-		p.mu.Unlock()
+		core.WakeBit(o.word())
 	}
 }
 
