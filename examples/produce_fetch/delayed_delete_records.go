@@ -66,17 +66,15 @@ type DelayedDeleteRecords struct {
 	refused bool // set before ForceComplete when the purgatory would not take it
 }
 
+// deleteStatus is one partition's part of a DeleteRecords: required is
+// the new log start offset (-1 resolved to the high watermark).
 type deleteStatus struct {
-	tp       tpKey
-	required int64 // the new log start offset; -1 resolved to the high watermark
-	lw       int64 // the low watermark when last seen
-	settled  bool
-	err      *kerr.Error
-	msg      string
+	partWait
+	lw int64 // the low watermark when last seen
 }
 
 func (s *deleteStatus) settle(e *kerr.Error, msg string) {
-	s.settled, s.err, s.msg = true, e, msg
+	s.partWait.settle(e, msg)
 	if e != nil {
 		s.lw = -1
 	}
@@ -93,7 +91,7 @@ func (b *Broker) DeleteRecordsFunc(req DeleteRecordsRequest, respond func(Delete
 	closing := b.closed.Load()
 	waiting := false
 	for _, dp := range req.Partitions {
-		st := &deleteStatus{tp: dp.TP}
+		st := &deleteStatus{partWait: partWait{tp: dp.TP}}
 		d.status = append(d.status, st)
 		if closing {
 			st.settle(errBrokerClosing, "the broker is shutting down")
@@ -180,25 +178,10 @@ func (b *Broker) deleteBefore(tp tpKey, offset int64) (required, lw int64, e *ke
 // watched at that level, and a move of tp's low watermark
 // (followerFetch's CheckAndCompleteUpTo) tries only the requests it
 // reached (purgatory.Leveled), as the produces on the high watermark.
-func (d *DelayedDeleteRecords) WatchLevel(tp tpKey) int64 {
-	for _, st := range d.status {
-		if st.tp == tp {
-			return st.required
-		}
-	}
-	return 0 // not one of its partitions: due at once
-}
+func (d *DelayedDeleteRecords) WatchLevel(tp tpKey) int64 { return watchLevel(d.status, tp) }
 
 // Keys are the partitions the request waits on.
-func (d *DelayedDeleteRecords) Keys() []tpKey {
-	keys := make([]tpKey, 0, len(d.status))
-	for _, st := range d.status {
-		if !st.settled {
-			keys = append(keys, st.tp)
-		}
-	}
-	return keys
-}
+func (d *DelayedDeleteRecords) Keys() []tpKey { return unsettled(d.status) }
 
 // TryComplete settles each partition whose low watermark has reached its
 // offset (NONE) or that the broker no longer leads (NOT_LEADER_OR_FOLLOWER),

@@ -25,17 +25,11 @@ type DelayedProduce struct {
 	refused bool
 }
 
+// produceStatus is one partition's part of a produce: required is the
+// offset after this request's records.
 type produceStatus struct {
-	tp       tpKey
-	base     int64       // base offset the batch was given
-	required int64       // the offset after this request's records
-	settled  bool        // answered: err says how
-	err      *kerr.Error // nil: NONE
-	msg      string      // why, for errors the client cannot guess
-}
-
-func (s *produceStatus) settle(e *kerr.Error, msg string) {
-	s.settled, s.err, s.msg = true, e, msg
+	partWait
+	base int64 // base offset the batch was given
 }
 
 // ProduceResponse is the answer to a produce request.
@@ -61,25 +55,10 @@ type PartitionResult struct {
 // move reached, not every request waiting on the partition
 // (purgatory.Leveled). A request over several partitions is tried when
 // each of its partitions reaches its level, and completes at the last.
-func (d *DelayedProduce) WatchLevel(tp tpKey) int64 {
-	for _, st := range d.status {
-		if st.tp == tp {
-			return st.required
-		}
-	}
-	return 0 // not one of its partitions: due at once
-}
+func (d *DelayedProduce) WatchLevel(tp tpKey) int64 { return watchLevel(d.status, tp) }
 
 // Keys are the partitions the request waits on.
-func (d *DelayedProduce) Keys() []tpKey {
-	keys := make([]tpKey, 0, len(d.status))
-	for _, st := range d.status {
-		if !st.settled {
-			keys = append(keys, st.tp)
-		}
-	}
-	return keys
-}
+func (d *DelayedProduce) Keys() []tpKey { return unsettled(d.status) }
 
 // TryComplete settles each partition that can be settled: its high
 // watermark has reached the required offset (NONE), or the broker no longer

@@ -42,7 +42,7 @@ func (b *Broker) ProduceFunc(req ProduceRequest, respond func(ProduceResponse)) 
 	closing := b.closed.Load()
 	waiting := false
 	for _, pp := range req.Partitions {
-		st := &produceStatus{tp: pp.TP}
+		st := &produceStatus{partWait: partWait{tp: pp.TP}}
 		d.status = append(d.status, st)
 		switch {
 		case b.partitions[pp.TP] == nil:
