@@ -12,18 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type probe struct {
-	taskBase
+// ran counts a test task's runs and, with a clock, when the last was.
+type ran struct {
 	runs atomic.Int32
 	at   time.Duration // clock time of the last run
 	clk  Clock
 }
 
-func (p *probe) Run() {
-	p.runs.Add(1)
-	if p.clk != nil {
-		p.at = p.clk.Now()
+func (r *ran) Run() {
+	r.runs.Add(1)
+	if r.clk != nil {
+		r.at = r.clk.Now()
 	}
+}
+
+// probe is a task that embeds its entry's holder, as a timer.TaskBase
+// task does.
+type probe struct {
+	taskBase
+	ran
 }
 
 func newProbe(d time.Duration) *probe {

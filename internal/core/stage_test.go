@@ -1,7 +1,6 @@
 package core
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,19 +10,11 @@ import (
 
 // refProbe is a task that is a Ref, as an operation's Handle is: the only
 // kind staging holds back. Its entry is its taskBase's.
+// refProbe is a task added through a Ref, as an operation's Handle is.
 type refProbe struct {
 	Ref
 	base taskBase
-	runs atomic.Int32
-	at   time.Duration // clock time of the last run
-	clk  Clock
-}
-
-func (p *refProbe) Run() {
-	p.runs.Add(1)
-	if p.clk != nil {
-		p.at = p.clk.Now()
-	}
+	ran
 }
 
 func (p *refProbe) entry() *Entry            { return p.base.entry() }
@@ -31,7 +22,8 @@ func (p *refProbe) Cancel() bool             { return p.base.Cancel() }
 func (p *refProbe) SetDelay(d time.Duration) { p.base.SetDelay(d) }
 
 func newRefProbe(d time.Duration, clk Clock) *refProbe {
-	p := &refProbe{clk: clk}
+	p := &refProbe{}
+	p.clk = clk
 	p.base.SetDelay(d)
 	p.Set(p.base.entry())
 	return p
