@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // delayQueue holds the buckets that have entries, ordered by expiration. It
@@ -43,21 +42,13 @@ type delayQueue struct {
 	// is due while its poll sleeps, nudgeAfter after it last woke while
 	// it works, and math.MaxInt64 with nothing queued or between
 	// AdvanceClocks. Every Add reads it; the advancing goroutine, a nudge
-	// and an offer of a new head write it, so it has a cache line of its
-	// own.
-	lateAt lineInt64
+	// and an offer of a new head write it. (A cache line of its own was
+	// measured at 1057b81 and bought nothing: BenchmarkAddCancelParallel
+	// and perf run C the same within noise.)
+	lateAt atomic.Int64
 
 	// polling is set while a poll runs, for offer.
 	polling atomic.Bool
-}
-
-// lineInt64 is an atomic.Int64 with a 64-byte cache line to itself: the
-// pad before it keeps what precedes it off the line, the pad after keeps
-// what follows.
-type lineInt64 struct {
-	_ [64]byte
-	atomic.Int64
-	_ [64 - unsafe.Sizeof(atomic.Int64{})]byte
 }
 
 // nudgeAfter is how late the goroutine advancing the clock may be before an
