@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -55,4 +56,35 @@ func TestAddLockExcludesAndWakes(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int32(1), most.Load())
 	assert.Zero(t, e.State.Load()&(addLock|addWaiters), "let go, and no one asleep")
+}
+
+// WaitBit, exactly between a holder's taking the lock and its letting go:
+// the waiter asks to be woken (the waiters bit) and sleeps, does not
+// return while the lock is held, and returns once the holder clears both
+// bits and wakes it. A free lock is not waited for.
+func TestWaitBitSleepsUntilWoken(t *testing.T) {
+	var w atomic.Uint32
+	WaitBit(&w, addLock, addWaiters) // free: returns at once
+	w.Store(addLock | statePending)
+	done := make(chan struct{})
+	go func() {
+		WaitBit(&w, addLock, addWaiters)
+		close(done)
+	}()
+	assert.Eventually(t, func() bool { return w.Load()&addWaiters != 0 }, 10*time.Second, time.Millisecond,
+		"the waiter asked to be woken")
+	select {
+	case <-done:
+		t.Fatal("WaitBit returned while the lock was held")
+	default:
+	}
+	old := w.And(^(addLock | addWaiters))
+	assert.Equal(t, addLock|addWaiters|statePending, old, "the other bits are the holder's to keep")
+	WakeBit(&w)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	assert.Equal(t, statePending, w.Load())
 }
