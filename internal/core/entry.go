@@ -149,9 +149,9 @@ func Deadline(delay, now int64) int64 {
 // and a timer adds nothing for nil.
 type Ref struct{ e atomic.Pointer[Entry] }
 
-func (r *Ref) coreEntry() *Entry         { return r.e.Load() }
-func (r *Ref) coreRef() *Ref             { return r }
-func (r *Ref) coreOp() (*Entry, Expirer) { return nil, nil }
+func (r *Ref) mustEmbedTaskBase() *Entry              { return r.e.Load() }
+func (r *Ref) mustEmbedTaskBaseRef() *Ref             { return r }
+func (r *Ref) mustEmbedTaskBaseOp() (*Entry, Expirer) { return nil, nil }
 
 // Set makes r refer to e.
 func (r *Ref) Set(e *Entry) { r.e.Store(e) }
@@ -163,16 +163,16 @@ func (r *Ref) Entry() *Entry { return r.e.Load() }
 // only its unexported sealing method, never the Entry's fields or methods.
 type Base struct{ e Entry }
 
-func (b *Base) coreEntry() *Entry         { return &b.e }
-func (b *Base) coreRef() *Ref             { return nil }
-func (b *Base) coreOp() (*Entry, Expirer) { return nil, nil }
+func (b *Base) mustEmbedTaskBase() *Entry              { return &b.e }
+func (b *Base) mustEmbedTaskBaseRef() *Ref             { return nil }
+func (b *Base) mustEmbedTaskBaseOp() (*Entry, Expirer) { return nil, nil }
 
 // Sealed is implemented by every type that embeds a Base or an OpBase, and
 // by *Ref.
 type Sealed interface {
-	coreEntry() *Entry
-	coreRef() *Ref
-	coreOp() (*Entry, Expirer)
+	mustEmbedTaskBase() *Entry
+	mustEmbedTaskBaseRef() *Ref
+	mustEmbedTaskBaseOp() (*Entry, Expirer)
 }
 
 // Expirer expires the entries of the operations that one owner parks (the
@@ -198,9 +198,9 @@ type OpBase[T any, PT Target[T]] struct {
 	target PT
 }
 
-func (b *OpBase[T, PT]) coreEntry() *Entry { return &b.e }
-func (b *OpBase[T, PT]) coreRef() *Ref     { return nil }
-func (b *OpBase[T, PT]) coreOp() (*Entry, Expirer) {
+func (b *OpBase[T, PT]) mustEmbedTaskBase() *Entry  { return &b.e }
+func (b *OpBase[T, PT]) mustEmbedTaskBaseRef() *Ref { return nil }
+func (b *OpBase[T, PT]) mustEmbedTaskBaseOp() (*Entry, Expirer) {
 	if b.target == nil {
 		return &b.e, nil
 	}
@@ -232,25 +232,35 @@ func ExpirerOf(e *Entry) Expirer {
 	if !ok {
 		return nil
 	}
-	if oe, x := s.coreOp(); oe == e {
+	if oe, x := s.mustEmbedTaskBaseOp(); oe == e {
 		return x
 	}
 	return nil
 }
 
 // Of returns the Entry of s.
-func Of(s Sealed) *Entry { return s.coreEntry() }
+func Of(s Sealed) *Entry { return s.mustEmbedTaskBase() }
 
 // RefOf returns the Ref that s is, or nil if s holds its Entry itself (a
 // Base).
-func RefOf(s Sealed) *Ref { return s.coreRef() }
+func RefOf(s Sealed) *Ref { return s.mustEmbedTaskBaseRef() }
 
 // EntryOf returns b's Entry.
 func EntryOf(b *Base) *Entry { return &b.e }
 
 // Cancel stops the entry from firing. It reports whether this call
 // prevented a pending run: false if it was never added, has fired, or was
-// cancelled before. It does not wait for a run that has started.
+// cancelled before. It does not wait for a run that has started, nor for
+// anything else.
+//
+// Taking the entry out of its List is the add-lock holder's business, as
+// linking it is: a Cancel that unlinked without it could take out the link
+// of an Add that came after it (the Add re-pends the entry, moves it to
+// another bucket, and the late unlink finds it there: pending in no List,
+// never to run). So the swap to cancelled takes the add-lock with it when
+// the lock is free, and the Cancel unlinks and lets go; when another
+// goroutine holds it, the swap leaves the lock alone, and that holder's
+// UnlockAdd, which unlinks an entry that is no longer pending, does it.
 func (e *Entry) Cancel() bool {
 	for {
 		w := e.State.Load()
@@ -258,12 +268,18 @@ func (e *Entry) Cancel() bool {
 		if st == stateCancelled {
 			return false
 		}
-		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
-			if st != statePending {
-				return false
+		if w&addLock != 0 {
+			if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
+				return st == statePending
 			}
-			e.Unlink()
-			return true
+			continue
+		}
+		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
+			if st == statePending {
+				e.Unlink()
+			}
+			e.releaseAdd()
+			return st == statePending
 		}
 	}
 }
@@ -323,10 +339,31 @@ func (e *Entry) TryLockAdd() bool {
 // was linked. It does so before letting go, so that it cannot take out the
 // link of an Add that takes the lock after it; a Cancel that comes after
 // its look finds the entry linked and unlinks it itself.
+//
+// The look at the state and the letting go are one compare-and-swap: a
+// Cancel that finds the lock held swaps only the state and leaves the
+// unlink to the holder, so a Cancel between a plain look and the release
+// would leave a cancelled entry linked.
 func (e *Entry) UnlockAdd() {
-	if !e.IsPending() {
-		e.Unlink()
+	for {
+		w := e.State.Load()
+		if w&stateMask != statePending {
+			// Nothing makes it pending again while the lock is held.
+			e.Unlink()
+			e.releaseAdd()
+			return
+		}
+		if e.State.CompareAndSwap(w, w&^(addLock|addWaiters)) {
+			if w&addWaiters != 0 {
+				WakeBit(&e.State)
+			}
+			return
+		}
 	}
+}
+
+// releaseAdd lets go of the add-lock and wakes whoever waits for it.
+func (e *Entry) releaseAdd() {
 	if old := e.State.And(^(addLock | addWaiters)); old&addWaiters != 0 {
 		WakeBit(&e.State)
 	}

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestListSize(t *testing.T) {
@@ -87,4 +88,56 @@ func TestWaitBitSleepsUntilWoken(t *testing.T) {
 		t.Fatal("the waiter was not woken")
 	}
 	assert.Equal(t, statePending, w.Load())
+}
+
+// Regression (issue 35, 4): a Cancel of a pending task racing an Add of
+// the same task on another goroutine ends one of two ways, never a third:
+// cancelled and in no bucket (the Add came first), or pending in a bucket
+// and run at its deadline (the Add came after). A Cancel used to unlink
+// after its swap without the add-lock, so an Add in between linked the
+// task into its new bucket, and the late unlink took that link out: the
+// task was pending in no bucket, never ran, and Size did not count it.
+// The two goroutines start each try together, spinning on a counter.
+func TestCancelRacingReAdd(t *testing.T) {
+	t.Parallel()
+	tries := 50_000
+	if testing.Short() {
+		tries = 5_000
+	}
+	st, clk := newInlineTimer(t, withWheelSize(4))
+	task := newProbe(time.Millisecond)
+	var turn, cancelled atomic.Int64
+	var results [2]atomic.Bool
+	go func() {
+		for i := int64(1); i <= int64(tries); i++ {
+			for turn.Load() != i {
+			}
+			results[i%2].Store(task.Cancel())
+			cancelled.Store(i)
+		}
+	}()
+	for i := 1; i <= tries; i++ {
+		task.SetDelay(time.Duration(1+i%3) * time.Millisecond)
+		require.NoError(t, st.Add(task))
+		task.SetDelay(time.Duration(2+i%5) * time.Millisecond) // another bucket
+		turn.Store(int64(i))
+		require.NoError(t, st.Add(task))
+		for cancelled.Load() != int64(i) {
+		}
+		e := task.entry()
+		switch {
+		case e.IsCancelled():
+			require.False(t, e.Linked(), "try %d: a cancelled task is in no bucket", i)
+			require.Zero(t, st.Size(), "try %d", i)
+		case e.IsPending():
+			require.True(t, e.Linked(), "try %d: a pending task is in a bucket", i)
+			require.Equal(t, 1, st.Size(), "try %d", i)
+			runs := task.runs.Load()
+			clk.Advance(10 * time.Millisecond)
+			st.runDue()
+			require.Equal(t, runs+1, task.runs.Load(), "try %d: a pending task runs", i)
+		default:
+			t.Fatalf("try %d: neither pending nor cancelled", i)
+		}
+	}
 }

@@ -194,7 +194,7 @@ func (t *Timer) Add(task Sealed) error {
 	if t.shut.Load() {
 		return ErrClosed
 	}
-	e := task.coreEntry()
+	e := task.mustEmbedTaskBase()
 	if e == nil {
 		return nil // an operation's handle, cleared: it has completed
 	}
@@ -216,7 +216,7 @@ func (t *Timer) Add(task Sealed) error {
 	// A pending task moves: take it out of its old bucket. Holding the
 	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()
-	switch ref, tick := task.coreRef(), t.tickOf(e.Expire); {
+	switch ref, tick := task.mustEmbedTaskBaseRef(), t.tickOf(e.Expire); {
 	case e.Expire <= now:
 		t.wheel.addDue(e)
 	case tick == never:
@@ -570,10 +570,10 @@ func run(e *Entry) {
 // panic reports.
 func taskOf(e *Entry) Sealed {
 	s, ok := e.Owner.(Sealed)
-	if !ok || s.coreEntry() != e {
+	if !ok || s.mustEmbedTaskBase() != e {
 		return nil
 	}
-	if oe, _ := s.coreOp(); oe == e {
+	if oe, _ := s.mustEmbedTaskBaseOp(); oe == e {
 		return nil
 	}
 	return s
