@@ -86,7 +86,9 @@
 // purgatory reads its clock through the timer's Now, whatever the timer
 // (with WithoutTimer, timer.SystemClock), and inside a testing/synctest
 // bubble a purgatory made with default options runs on the bubble's fake
-// time.
+// time. Make it inside the bubble: one made outside runs on the real
+// clock, and its Shutdown, called inside, dies with "send on synctest
+// channel from outside bubble".
 //
 // # Lock order
 //

@@ -74,3 +74,10 @@ const PurgeSliceSize = purgeSlice
 // PurgeSliceSlack is how far past PurgeSliceSize a step may go: it reads
 // whole chunks of a list, at least two.
 const PurgeSliceSlack = 2 * watchers.MaxChunk
+
+// SetPublishedHook installs f to run in a park once the operation's
+// Tracker and Handle are published, before the swap that parks it. Call it
+// before p is shared.
+func SetPublishedHook[K comparable, T operation.DelayedOperation](p *Purgatory[K, T], f func(*lifecycle.Op)) {
+	p.tracker.Hooks = &lifecycle.Hooks{Published: f}
+}

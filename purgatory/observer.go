@@ -21,20 +21,24 @@ import (
 // an operation that user code force-completes while TryCompleteElseWatch
 // is parking it (which then returns ErrAlreadyWatched, and Stats does not
 // count it) is told as parked and left early, so that its state is not
-// lost.
+// lost; there, and there only, Left may come after the OnComplete that the
+// ForceComplete ran.
 //
 // The callbacks run on the goroutine that parks, completes or refuses
 // the operation: a request's, a CheckAndComplete caller's, the reaper's
 // (expiry), a context's AfterFunc's, Shutdown's. They must not block, or
 // they hold up every operation behind them (all expiries, for the
 // reaper), and they must not call back into the purgatory or the
-// operation: Parked runs under the operation's lock. A panic in one is
-// recovered, logged and counted in Stats.Panics.
+// operation: Parked runs under the operation's lock (or, for a park
+// deferred by its held operation.SharedLock, when the park is accepted,
+// under a lock of the SharedLock's own). A panic in one is recovered,
+// logged and counted in Stats.Panics.
 type Observer interface {
 	// Parked is called once the operation has passed every check and is
-	// about to be watched, before its first TryComplete. What it returns
-	// is handed to Left; nil is fine. It is never called for a refused
-	// operation.
+	// about to be watched, before its first TryComplete; for a park
+	// deferred by a held SharedLock, when TryCompleteElseWatch accepts it.
+	// What it returns is handed to Left; nil is fine. It is never called
+	// for a refused operation.
 	Parked(p Park) any
 	// Left is called when a parked operation leaves, however it leaves,
 	// with state as Parked returned it. It runs before the operation's
@@ -80,23 +84,26 @@ type Departure struct {
 }
 
 // Outcome says how an operation left its purgatory. Each has a counter in
-// Stats. Its String method returns the short names "early", "expired",
-// "context", "shutdown", "for_key" and "cancelled", the label values the
-// exporters use.
-type Outcome = lifecycle.Outcome
+// Stats.
+type Outcome uint8
 
 // The outcomes of a parked operation.
 const (
-	OutcomeEarly     Outcome = lifecycle.Early     // TryComplete or ForceComplete: Stats.CompletedEarly
-	OutcomeExpired   Outcome = lifecycle.Expired   // its timeout: Stats.Expired
-	OutcomeContext   Outcome = lifecycle.Context   // its context ended: Stats.ContextDone
-	OutcomeShutdown  Outcome = lifecycle.Shutdown  // Shutdown expired it: Stats.Shutdown
-	OutcomeForKey    Outcome = lifecycle.ForKey    // CompleteForKey: Stats.CompletedForKey
-	OutcomeCancelled Outcome = lifecycle.Cancelled // CancelForKey took it out: Stats.Cancelled
+	OutcomeEarly     = Outcome(lifecycle.Early)     // TryComplete or ForceComplete: Stats.CompletedEarly
+	OutcomeExpired   = Outcome(lifecycle.Expired)   // its timeout: Stats.Expired
+	OutcomeContext   = Outcome(lifecycle.Context)   // its context ended: Stats.ContextDone
+	OutcomeShutdown  = Outcome(lifecycle.Shutdown)  // Shutdown expired it: Stats.Shutdown
+	OutcomeForKey    = Outcome(lifecycle.ForKey)    // CompleteForKey: Stats.CompletedForKey
+	OutcomeCancelled = Outcome(lifecycle.Cancelled) // CancelForKey took it out: Stats.Cancelled
 
 	// Outcomes is the number of outcomes, for arrays indexed by Outcome.
 	Outcomes = lifecycle.Outcomes
 )
+
+// String returns the outcome's short name: "early", "expired",
+// "context", "shutdown", "for_key" or "cancelled", the label values the
+// exporters use; "Outcome(n)" for a value out of range.
+func (k Outcome) String() string { return lifecycle.Outcome(k).String() }
 
 // WithObserver installs o. Given more than once, every observer is told
 // of every event, in the order given, each with its own state. Without
@@ -147,7 +154,7 @@ func (a *observing[K, T]) parked(ob Observer, pk Park) any {
 }
 
 func (a *observing[K, T]) Left(o *lifecycle.Op, k lifecycle.Outcome, state any, parked, end int64, tries uint32) {
-	d := Departure{Outcome: k, Time: time.Duration(max(end-parked, 0)), Tries: int(tries)}
+	d := Departure{Outcome: Outcome(k), Time: time.Duration(max(end-parked, 0)), Tries: int(tries)}
 	switch k {
 	case lifecycle.Expired:
 		d.Cause = operation.ErrExpired

@@ -32,6 +32,7 @@ var (
 	ErrFull = errors.New("purgatory: too many pending operations")
 	// ErrShutdown is returned once Shutdown has been called, and is the
 	// Cause of an operation Shutdown expired: one error for one event.
+	// Its text is "purgatory: shut down".
 	ErrShutdown = lifecycle.ErrShutdown
 	// ErrInvalidOption is returned by New for an option out of range.
 	ErrInvalidOption = errors.New("purgatory: invalid option")

@@ -1,7 +1,6 @@
 package purgatory
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -56,52 +55,59 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) > operation.MaxKeys {
 		return false, ErrTooManyKeys
 	}
+	// Refused at once, with no lock waited for and no place taken: a
+	// second park of an operation, or a park of one that has completed.
+	if !lifecycle.Parkable(o) {
+		return false, ErrAlreadyWatched
+	}
 	// The levels, for an operation watched at levels, are asked for before
 	// anything is parked: a WatchLevel that panics leaves nothing behind.
 	var levels []int64
 	if p.leveled != levelsNever {
 		levels = p.levels(op, keys)
 	}
-	if !p.tracker.Reserve() {
-		p.full.Add(1)
-		if p.obs != nil {
-			p.obs.refused(o, len(keys), ErrFull)
-		}
-		return false, ErrFull
-	}
 	l, ok := lifecycle.LockForPark(o)
 	if !ok {
-		return p.deferPark(op, o, keys, levels)
+		return p.deferPark(o, keys, levels)
 	}
 	done, err := p.park(o, keys, levels, false)
 	lifecycle.UnlockAfterPark(o, l)
 	return done, err
 }
 
-// deferPark hands the park of op, whose SharedLock is held, to whoever
+// reserve takes a place for one more pending operation (WithMaxPending),
+// or counts and reports the refusal.
+func (p *Purgatory[K, T]) reserve(o *lifecycle.Op, keys int) bool {
+	if p.tracker.Reserve() {
+		return true
+	}
+	p.full.Add(1)
+	if p.obs != nil {
+		p.obs.refused(o, keys, ErrFull)
+	}
+	return false
+}
+
+// deferPark hands the park of o, whose SharedLock is held, to whoever
 // unlocks it next: perhaps this goroutine, in a callback of an operation
 // that shares the lock, where waiting for the lock would never end. What
-// can be refused is refused now, a second park of op among it; the rest
-// of the park, from its first TryComplete on, runs at the unlock, under
-// the lock.
-func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
+// can be refused is refused now (a second park of op, ErrFull); otherwise
+// the park is accepted now, and the rest of it, from its first
+// TryComplete on, runs at the unlock, under the lock.
+func (p *Purgatory[K, T]) deferPark(o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
+	if !p.reserve(o, len(keys)) {
+		return false, ErrFull
+	}
 	held := slices.Clone(keys) // the caller may reuse its slice once we return
 	p.at(stepDeferred)
-	deferred := lifecycle.DeferPark(o, func() {
-		_, err := p.park(o, held, levels, true)
-		switch {
-		case err == nil:
-		case lifecycle.IsCompleted(o) && !lifecycle.IsCancelled(o):
-			// A ForceComplete from a goroutine that did not hold the lock
-			// came first. The call that accepted op reported it parked:
-			// count it as an early completion, as if it had been.
-			p.tracker.CountUnparked(o, len(held))
-		default:
-			// Nothing else can refuse it: DeferPark refuses a second park
-			// while this one is deferred, and only Init clears that.
-			p.logger.Error("purgatory: deferred park refused", p.logAttrs(
-				"operation", fmt.Sprintf("%T", op), "err", err)...)
-		}
+	var now int64
+	if p.obs != nil {
+		now = p.now()
+	}
+	deferred := lifecycle.DeferPark(o, &p.tracker, now, len(held), func() {
+		// It fails only if a ForceComplete completed op after the
+		// deferral was accepted, and that completion counted it.
+		_, _ = p.park(o, held, levels, true)
 	})
 	if !deferred {
 		p.tracker.Unreserve()
@@ -111,9 +117,10 @@ func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []in
 }
 
 // park is TryCompleteElseWatch from the moment op's lock is held, until
-// just before it is released; deferred says the park was deferred by a
-// held SharedLock (lifecycle.DeferPark). It has taken a place (Reserve)
-// that park gives back if it parks nothing.
+// just before it is released; deferred says the park was accepted by
+// DeferPark, which took its place (Reserve). Otherwise park takes the
+// place itself, once it has seen op parkable under the lock, so that a
+// park refused with ErrAlreadyWatched never holds one.
 //
 // Everything happens under the lock: the park, the first TryComplete, the
 // watches, the last TryComplete and the timeout's Add. The Add is last,
@@ -123,13 +130,23 @@ func (p *Purgatory[K, T]) deferPark(op T, o *lifecycle.Op, keys []K, levels []in
 // never runs the expiry itself (timer.Timer), and an expiry run by
 // whoever advances the timer waits for the lock, so the Add is safe here.
 func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferred bool) (done bool, err error) {
+	if !deferred {
+		if !lifecycle.Parkable(o) {
+			return false, ErrAlreadyWatched
+		}
+		if !p.reserve(o, len(keys)) {
+			return false, ErrFull
+		}
+	}
 	var now int64
-	if p.obs != nil {
+	if p.obs != nil && !deferred {
 		now = p.now()
 	}
 	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
 	if !ok {
-		p.tracker.Unreserve()
+		if !deferred {
+			p.tracker.Unreserve()
+		}
 		return false, ErrAlreadyWatched
 	}
 	defer lifecycle.Arrived(o, &p.tracker, len(keys))
@@ -166,9 +183,19 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferr
 // WithLeavePendingOnShutdown asks for pending operations to be left. If a
 // completion ran before the Add, its cancel found nothing to take out, and
 // the entry is taken out here (as Kafka re-checks after adding).
+//
+// A ResetTimeout since the park (another goroutine's: the operation is
+// pending from the park's swap on) has added the timeout itself, with the
+// deadline its own Add measured: adding it again here would measure the
+// deadline anew, later than the one the reset reported. So the timeout is
+// added only if nothing has touched the operation's entry since the park.
 func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) {
-	if p.timer != nil && !lifecycle.IsCompleted(o) {
-		if p.timer.Add(lifecycle.Task(o)) != nil {
+	if p.timer != nil && !lifecycle.IsCompleted(o) && !lifecycle.Rescheduled(o) {
+		task := lifecycle.Task(o)
+		if task == nil {
+			return // completed meanwhile, and let go of its Handle
+		}
+		if p.timer.Add(task) != nil {
 			if !p.leavePending {
 				lifecycle.ExpireLocked(o, lifecycle.Shutdown)
 			}
@@ -278,7 +305,8 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 	// A closed timer refuses the Add: Shutdown expires op (or leaves it)
 	// with every other pending operation, as it finds them on the watch
 	// lists once the timer is closed.
-	if p.timer.Add(lifecycle.Task(o)) != nil {
+	task := lifecycle.Task(o)
+	if task == nil || p.timer.Add(task) != nil {
 		return false
 	}
 	lifecycle.CancelTimerIfDone(o)

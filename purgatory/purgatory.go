@@ -24,11 +24,12 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	// logIDs are the attributes every log line starts with: the
 	// purgatory's name, and the broker id given to WithBrokerID.
 	logIDs []any
-	// ptrT says T is a pointer type, whose nil a park refuses.
-	ptrT     bool
-	watchers *watchers.Watchers[K]
-	timer    timer.Timer // nil with WithoutTimer
-	tracker  lifecycle.Tracker
+	// ptrT says T is a pointer type, whose nil a park refuses; ifaceT
+	// that T is an interface type, which may hold a nil pointer.
+	ptrT, ifaceT bool
+	watchers     *watchers.Watchers[K]
+	timer        timer.Timer // nil with WithoutTimer
+	tracker      lifecycle.Tracker
 	// obs tells the Observers given to WithObserver; nil without any.
 	obs *observing[K, T]
 	// now reads the timer's clock (timer.Timer's Now), or with
@@ -117,7 +118,13 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.logIDs = append(p.logIDs, "broker", c.brokerID)
 	}
 	p.ptrT = reflect.TypeFor[T]().Kind() == reflect.Pointer
+	p.ifaceT = reflect.TypeFor[T]().Kind() == reflect.Interface
 	p.tracker.OnPanic = p.recovered
+	p.tracker.OnMisuse = func(op any) {
+		p.logger.Error("purgatory: TryComplete returned true without completing its operation; "+
+			"the purgatory completed it (return ForceComplete() from TryComplete)",
+			p.logAttrs("operation", fmt.Sprintf("%T", op))...)
+	}
 	p.leveled = leveledMode[K, T]()
 	p.tracker.MaxPending = int64(c.maxPending)
 	switch {
@@ -182,15 +189,24 @@ func (p *Purgatory[K, T]) logAttrs(kv ...any) []any {
 	return append(slices.Clip(p.logIDs), kv...)
 }
 
-// isNil reports whether op is nil: a nil interface, or a nil pointer when
-// T is a pointer type. A plain comparison: reflection decided ptrT once,
-// in New.
+// isNil reports whether op is nil: a nil interface, or a nil pointer,
+// whether T is a pointer type or an interface type holding one. For a
+// pointer type it is a plain comparison (reflection decided ptrT once, in
+// New); an interface type's value is looked at with reflect, which
+// allocates nothing for a pointer.
 func (p *Purgatory[K, T]) isNil(op T) bool {
 	if any(op) == nil {
 		return true
 	}
-	var zero T
-	return p.ptrT && any(op) == any(zero)
+	if p.ptrT {
+		var zero T
+		return any(op) == any(zero)
+	}
+	if p.ifaceT {
+		v := reflect.ValueOf(any(op))
+		return v.Kind() == reflect.Pointer && v.IsNil()
+	}
+	return false
 }
 
 // ownWheelSize is the wheel size of the timer a purgatory makes for

@@ -48,9 +48,15 @@ func (m *MockTimer) Add(task Task) error {
 	return m.m.Add(task)
 }
 
-// AdvanceClock runs every task that is due at the clock's current time and
-// reports whether any ran. It never waits: the timeout is ignored, as in
-// Kafka's MockTimer.
+// AdvanceClock waits up to timeout for a task to be due, then runs every
+// task that is due at the clock's current time, and reports whether any
+// ran. The timeout is measured on the mock clock, which moves only when
+// Advance is called: the wait ends when another goroutine advances the
+// clock past the earliest pending task or by the timeout, or when the
+// timer is closed. A timeout of zero or less does not wait. (Kafka's
+// MockTimer ignores the timeout; waiting on the mock clock is what lets a
+// [Reaper], or a purgatory that keeps its reaper, run on a MockTimer
+// without spinning: it sleeps until the test advances the clock.)
 func (m *MockTimer) AdvanceClock(d time.Duration) bool { return m.m.AdvanceClock(d) }
 
 // Size implements [Timer].

@@ -31,10 +31,21 @@ func (m *Mock) Advance(d time.Duration) int {
 	return m.runDue()
 }
 
-// AdvanceClock runs every task that is due at the clock's current time and
-// reports whether any ran. It never waits. It hides the Timer's, which
-// would wait on the clock, and take the due buckets without mu.
-func (m *Mock) AdvanceClock(time.Duration) bool {
+// AdvanceClock waits up to timeout, on the mock clock, for a task to be
+// due, then runs every task that is due and reports whether any ran. The
+// mock clock moves only when Advance is called, so a wait ends when a
+// goroutine advances the clock past the head bucket or by the timeout, or
+// when the timer is closed; a timeout of zero or less does not wait. A
+// Reaper, or a purgatory's reaper, on a Mock therefore sleeps between
+// Advances rather than spinning. The wait takes the due buckets out of
+// nothing: Advance runs them, or the turn after the wait does, under mu.
+func (m *Mock) AdvanceClock(timeout time.Duration) bool {
+	if timeout > 0 && !m.shut.Load() {
+		m.pollMu.Lock()
+		m.queue.wait(timeout)
+		m.pollMu.Unlock()
+		m.queue.done()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.runDue() > 0

@@ -349,3 +349,64 @@ func declName(d ast.Decl) (string, bool) {
 	}
 	return fn.Name.Name, true
 }
+
+// A type that does not embed operation.Base, or timer.TaskBase, fails to
+// compile with a message that names what to embed: the sealing methods
+// are named for it.
+func TestSealingMessagesSayWhatToEmbed(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	tmp, err := os.MkdirTemp(root, ".doctest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	for name, src := range map[string]string{
+		"op": `package op
+
+import "github.com/purgatory-go/purgatory/purgatory"
+
+type notBase struct{}
+
+func (*notBase) TryComplete() bool   { return false }
+func (*notBase) OnComplete()         {}
+func (*notBase) OnExpiration()       {}
+func (*notBase) ForceComplete() bool { return false }
+func (*notBase) IsCompleted() bool   { return false }
+
+var _, _ = purgatory.New[string, *notBase]("x")
+`,
+		"task": `package task
+
+import "github.com/purgatory-go/purgatory/timer"
+
+type notBase struct{}
+
+func (*notBase) Run() {}
+
+var _ timer.Task = (*notBase)(nil)
+`,
+	} {
+		dir := filepath.Join(tmp, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel, _ := filepath.Rel(root, tmp)
+	pkg := "./" + filepath.ToSlash(rel) + "/"
+	cmd := exec.Command("go", "build", pkg+"op", pkg+"task")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatal("types that embed neither base compiled")
+	}
+	for _, want := range []string{"missing method mustEmbedOperationBase", "missing method mustEmbedTaskBase"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the compiler's message does not say %q:\n%s", want, out)
+		}
+	}
+}

@@ -50,10 +50,10 @@ type Callbacks interface {
 
 // Sealed is implemented only by types that embed an Op: its one method is
 // unexported, so no other type can provide it.
-type Sealed interface{ lifecycleOp() *Op }
+type Sealed interface{ mustEmbedOperationBase() *Op }
 
 // Of returns the Op embedded in s.
-func Of(s Sealed) *Op { return s.lifecycleOp() }
+func Of(s Sealed) *Op { return s.mustEmbedOperationBase() }
 
 // Op is the lifecycle of one operation: the timer entry (whose Aux word
 // holds the state and whose Owner holds the user's operation), the Tracker
@@ -74,11 +74,14 @@ type Op struct {
 	// barrier on every park.
 	link
 	// h is the Handle the watch lists hold. For a fat operation it is the
-	// fatHandle Init made (stFat, set after it, publishes it), which Park
+	// extHandle Init made (stFat, set after it, publishes it), which Park
 	// fills in and keeps; otherwise Park sets it before its CAS, and only
-	// goroutines that saw the operation parked or cancelled read it. Plain
-	// stores either way, for the same reason as t.
-	h *Handle
+	// goroutines that saw the operation parked or cancelled read it. The
+	// completion of an operation whose Handle carries nothing more
+	// (handleExt) clears it, so that a completed operation that the user
+	// keeps (in a response queue, a request log) keeps nothing of the
+	// purgatory's; readers that may race with that completion find nil.
+	h atomic.Pointer[Handle]
 }
 
 // link names the embedded holder so that the field is unexported.
@@ -88,7 +91,7 @@ type link = core.OpBase[Tracker, *Tracker]
 // unexported.
 type ref = core.Ref
 
-func (o *Op) lifecycleOp() *Op { return o }
+func (o *Op) mustEmbedOperationBase() *Op { return o }
 
 func (o *Op) entry() *core.Entry { return core.OpEntry(&o.link) }
 
@@ -176,7 +179,15 @@ func Self(o *Op) any { return o.entry().Owner }
 // before filing it (a SystemTimer's staging of far deadlines) holds the
 // Handle, which the operation's completion clears: the operation is
 // unreachable from the timer at once.
-func Task(o *Op) timer.Task { return o.h }
+//
+// It returns nil once the operation has completed and let go of its
+// Handle.
+func Task(o *Op) timer.Task {
+	if h := o.h.Load(); h != nil {
+		return h
+	}
+	return nil
+}
 
 // Run expires the operation, if it is still pending: the Task's Run, for
 // a Timer other than package timer's.
@@ -275,7 +286,7 @@ func (o *Op) fat() *handleExt {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return o.h.ext.Load()
+	return o.h.Load().ext.Load() // a fat operation keeps its Handle
 }
 
 // Options are what Init takes besides the timeout.
@@ -305,7 +316,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		h := newExtHandle()
 		x := h.ext.Load()
 		x.lock, x.ctx = opt.Lock, opt.Ctx
-		o.h = h
+		o.h.Store(h)
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
@@ -313,7 +324,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		// allocation's stores to drain, and cost 5% of the CPU per
 		// request of examples/purgatory_perf -timeout 1000 -pct50 50.
 		o.word().And(^stFat)
-		o.h = nil
+		o.h.Store(nil)
 	}
 }
 
@@ -356,7 +367,10 @@ func ContextCause(o *Op) error {
 // KeyCause returns the cause given to CompleteWith, for an operation that
 // completed as ForKey.
 func KeyCause(o *Op) error {
-	if x := o.h.ext.Load(); x != nil {
+	// The Handle of an operation with a cause is kept (release).
+	if h := o.h.Load(); h == nil {
+		return nil
+	} else if x := h.ext.Load(); x != nil {
 		if c := x.cause.Load(); c != nil {
 			return *c
 		}
@@ -380,8 +394,12 @@ func CompleteWith(o *Op, cause *error) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
-	// Seen parked: o.h is published.
-	h := o.h
+	// Seen parked: o.h is published, unless a completion since has let go
+	// of it.
+	h := o.h.Load()
+	if h == nil {
+		return false
+	}
 	x := h.ext.Load()
 	if x == nil {
 		x = &handleExt{}
@@ -446,7 +464,7 @@ func (o *Op) swapCompleted(s uint32, k Outcome) (end int64, ok bool) {
 	// come over, and a clock read after it would wait too. A read for a
 	// completion that then loses the swap is wasted, and rare. Once the
 	// operation is seen parked, its Tracker is safe to read.
-	if s&stParked != 0 {
+	if s&(stParked|stDeferred) != 0 {
 		if obs := o.tracker().Obs; obs != nil {
 			end = obs.Now()
 		}
@@ -458,21 +476,29 @@ func (o *Op) swapCompleted(s uint32, k Outcome) (end int64, ok bool) {
 // completed is what the winner of the swap from s does: uncount, release,
 // tell the Observer, call OnComplete (and OnExpiration for an expiry).
 func (o *Op) completed(s uint32, k Outcome, end int64) {
-	// Only an operation that was parked (or cancelled, after a park) has a
-	// Tracker this goroutine may read: the CAS it observed comes after
-	// Park's write. Callbacks of one never parked run unrecovered.
+	// Only an operation that was parked (or cancelled, after a park), or
+	// whose deferred park was accepted, has a Tracker this goroutine may
+	// read: the CAS it observed comes after Park's or DeferPark's write.
+	// Callbacks of one never parked run unrecovered.
 	var t *Tracker
-	if s&(stParked|stCancelled) != 0 {
+	if s&(stParked|stCancelled|stDeferred) != 0 {
 		t = o.tracker()
 	}
-	if s&stParked != 0 {
+	switch {
+	case s&stParked != 0:
 		st := t.stripe(o)
 		st.left.Add(counts(watches(s)))
 		st.done[k].Add(1)
 		t.release()
+	case s&stDeferred != 0:
+		// A ForceComplete of an operation whose deferred park was
+		// accepted (the call that accepted it reported it parked) and has
+		// not run: an early completion, never counted as pending.
+		t.stripe(o).done[k].Add(1)
+		t.release()
 	}
-	o.release(t != nil)
-	if s&stParked != 0 && t.Obs != nil {
+	o.release(s&(stParked|stCancelled) != 0)
+	if s&(stParked|stDeferred) != 0 && t.Obs != nil {
 		o.left(t, k, end)
 	}
 	o.call(t, Callbacks.OnComplete, "OnComplete")
@@ -493,18 +519,29 @@ func (o *Op) release(parked bool) {
 	if !parked {
 		return
 	}
-	o.h.ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
-	if fh := o.fat(); fh != nil {
-		if stop := fh.stop.Swap(nil); stop != nil {
-			(*stop)()
-		}
+	h := o.h.Load()
+	if h == nil {
+		return // let go of already: a ForceComplete of a cancelled operation
+	}
+	h.ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
+	x := h.ext.Load()
+	if x == nil {
+		// Nothing on the Handle is needed once the operation has left
+		// (no cause, no observer's state, no lock or context): let go of
+		// it, so that a completed operation holds nothing of the
+		// purgatory's but the Tracker pointer.
+		o.h.Store(nil)
+		return
+	}
+	if stop := x.stop.Swap(nil); stop != nil {
+		(*stop)()
 	}
 }
 
 // left tells t's Observer that o, which was parked, left as k at end. Only
 // the one departure calls it, so the ext's obs needs no lock.
 func (o *Op) left(t *Tracker, k Outcome, end int64) {
-	x := o.h.ext.Load() // set at Park whenever t has an Observer
+	x := o.h.Load().ext.Load() // set at Park whenever t has an Observer, and kept
 	state := x.obs
 	x.obs = nil
 	t.Obs.Left(o, k, state, x.parked, end, x.tries.Load())
@@ -599,11 +636,15 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // set); watches is how many watch entries the caller will push for it,
 // recorded in the same swap as the park itself. If the operation completes
 // before the entries are pushed, its completion uncounts them and the
-// pushed entries are tombstones from the start. It fails if the operation
-// is already parked, completed or cancelled, or if another park of it is
-// deferred (MarkDeferred); deferred says that this park is the deferred
-// one. The caller holds the lock (Lock), so two Parks of one operation
-// cannot interleave.
+// pushed entries are tombstones from the start. The caller holds the lock
+// (Lock), so two Parks of one operation cannot interleave.
+//
+// With deferred, Park finishes a park that DeferPark accepted: the Tracker,
+// the Handle and the Observer's state are in place, and Park only swaps
+// the deferral for the park; it fails if a ForceComplete completed the
+// operation since (the completion counted it). Otherwise it fails if the
+// operation is already parked, completed or cancelled, or a park of it is
+// deferred.
 //
 // Park does not count the operation as pending: the caller does, with
 // Arrived, once its timeout is in the timer, so that a test that waits for
@@ -616,62 +657,95 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // unparked operation (Park then fails) or sees both.
 func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
 	w := o.word()
-	if !parkable(w.Load(), deferred) {
+	if deferred {
+		h := o.h.Load()
+		h.ref.Set(o.entry())
+		for {
+			s := w.Load()
+			if s&stDeferred == 0 {
+				h.ref.Set(nil)
+				return nil, false // completed: its completion counted it
+			}
+			if w.CompareAndSwap(s, s&^stDeferred|stParked|uint32(watches)<<watchShift) {
+				return h, true
+			}
+		}
+	}
+	if sl := o.sharedLock(); sl != nil {
+		// A DeferPark of the operation, by a goroutine that found the
+		// lock held by this one, would race the swap below: it looks at
+		// the state, tells the Observer and swaps, all under pmu.
+		sl.pmu.Lock()
+		defer sl.pmu.Unlock()
+	}
+	if w.Load()&unparkable != 0 {
 		return nil, false
 	}
-	// An operation parks at most once, so a fat one keeps the Handle Init
-	// made: no one reads its op before the CAS below publishes it.
-	var h *Handle
-	switch {
-	case w.Load()&stFat != 0:
-		h = o.h
-	case t.Obs != nil:
-		h = newExtHandle()
-		o.h = h
-	default:
-		h = &Handle{}
-		o.h = h
-	}
+	h, x := o.publish(t, now, watches)
 	h.ref.Set(o.entry())
-	var x *handleExt
-	if t.Obs != nil {
-		// Told before the swap that publishes the park: once published,
-		// the operation may complete on any goroutine, and its Left must
-		// find what Parked returned.
-		x = h.ext.Load()
-		x.parked = now
-		x.obs = t.Obs.Parked(o, x.ctx, watches)
-	}
-	core.SetTarget(&o.link, t)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}
 	for {
 		s := w.Load()
-		if !parkable(s, deferred) {
+		if s&unparkable != 0 {
+			// Only a ForceComplete can get here (the caller holds the
+			// lock, and nothing else completes an operation that is not
+			// parked).
 			h.ref.Set(nil)
-			if x != nil {
-				// Only a ForceComplete can get here (the caller holds
-				// the lock, and nothing else completes an operation
-				// that is not parked): the Observer was told of a park
-				// and is told how it ended, early.
-				state := x.obs
-				x.obs = nil
-				t.Obs.Left(o, Early, state, now, t.Obs.Now(), 0)
+			o.abandon(t, x, now)
+			if s&stFat == 0 {
+				o.h.Store(nil) // the completed operation keeps nothing of the purgatory's
 			}
 			return nil, false
 		}
-		if w.CompareAndSwap(s, s&^stDeferred|stParked|uint32(watches)<<watchShift) {
+		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
 			return h, true
 		}
 	}
 }
 
-// parkable reports whether an operation in state s may be parked: not
-// parked, completed or cancelled, and deferred (stDeferred) exactly when
-// the park is the deferred one.
-func parkable(s uint32, deferred bool) bool {
-	return s&(stParked|stCompleted|stCancelled) == 0 && (s&stDeferred != 0) == deferred
+// publish gives the operation its Handle and its Tracker, and tells the
+// Observer of the park, before the swap that parks it or accepts its
+// deferred park: once that swap is seen, the operation may complete on
+// any goroutine, and its Left must find what Parked returned. It returns
+// the Handle and, with an Observer, the handleExt that keeps the
+// Observer's state.
+func (o *Op) publish(t *Tracker, now int64, watches int) (*Handle, *handleExt) {
+	// An operation parks at most once, so a fat one keeps the Handle Init
+	// made: no one reads its op before the swap publishes it.
+	var h *Handle
+	switch {
+	case o.word().Load()&stFat != 0:
+		h = o.h.Load()
+	case t.Obs != nil:
+		h = newExtHandle()
+		o.h.Store(h)
+	default:
+		h = &Handle{}
+		o.h.Store(h)
+	}
+	core.SetTarget(&o.link, t)
+	if t.Obs == nil {
+		return h, nil
+	}
+	x := h.ext.Load()
+	x.parked = now
+	x.obs = t.Obs.Parked(o, x.ctx, watches)
+	return h, x
+}
+
+// abandon tells the Observer, which was told of a park that a
+// ForceComplete then beat to the swap, that the operation left early:
+// the park is refused (ErrAlreadyWatched) and Stats does not count it, but
+// the Observer's state is not lost.
+func (o *Op) abandon(t *Tracker, x *handleExt, now int64) {
+	if x == nil {
+		return
+	}
+	state := x.obs
+	x.obs = nil
+	t.Obs.Left(o, Early, state, now, t.Obs.Now(), 0)
 }
 
 // Arrived counts the operation, parked with watches watch entries, as
@@ -681,22 +755,9 @@ func Arrived(o *Op, t *Tracker, watches int) {
 	t.stripe(o).arrived.Add(counts(uint32(watches)))
 }
 
-// MarkDeferred records that a park of the operation is deferred to the
-// holder of its SharedLock, and reports false if the operation is parked,
-// completed, cancelled, or has a park deferred already: that second park
-// is refused at once, as a park of a parked operation is.
-func MarkDeferred(o *Op) bool {
-	w := o.word()
-	for {
-		s := w.Load()
-		if s&unparkable != 0 {
-			return false
-		}
-		if w.CompareAndSwap(s, s|stDeferred) {
-			return true
-		}
-	}
-}
+// Parkable reports whether a park of the operation could be accepted now:
+// it is not parked, completed or cancelled, and no park of it is deferred.
+func Parkable(o *Op) bool { return o.word().Load()&unparkable == 0 }
 
 // ArmContext starts watching the operation's context, if it has one: when
 // the context ends, the operation completes as Context. Call it after Park.
@@ -756,6 +817,11 @@ func Cancel(o *Op) bool {
 	}
 	return true
 }
+
+// Rescheduled reports whether the operation's timer entry has been
+// touched since the operation was parked: a Reset (RescheduleHeld) and
+// the reset's Add. A park's own Add then stands aside.
+func Rescheduled(o *Op) bool { return !o.entry().IsFired() }
 
 // CancelTimerIfDone cancels the operation's timer entry if the operation
 // completed while it was being added (Kafka re-checks the same way after

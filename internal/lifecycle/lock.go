@@ -175,22 +175,60 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 	return l, true
 }
 
-// DeferPark has park run by whoever holds the operation's SharedLock when
-// it unlocks it, just before it does, or at once, holding the lock, if it
-// was unlocked meanwhile. park runs with the lock held and must not
-// release it. So the park is finished inside the critical section that
-// asked for it, as under Kafka's re-entrant lock: no other goroutine can
-// take the lock and find the operation half parked. Call it only for an
-// operation whose LockForPark reported false.
+// DeferPark accepts a park of the operation, whose SharedLock is held,
+// and has park run by whoever holds the lock when it unlocks it, just
+// before it does, or at once, holding the lock, if it was unlocked
+// meanwhile. park runs with the lock held and must not release it. So the
+// park is finished inside the critical section that asked for it, as under
+// Kafka's re-entrant lock: no other goroutine can take the lock and find
+// the operation half parked. Call it only for an operation whose
+// LockForPark reported false.
 //
-// It reports false, deferring nothing, if the operation cannot be parked:
+// It reports false, accepting nothing, if the operation cannot be parked:
 // it is parked, completed or cancelled, or another park of it is deferred
-// already (MarkDeferred). The deferred park must pass deferred to Park.
-func DeferPark(o *Op, park func()) bool {
-	if !MarkDeferred(o) {
+// already. Otherwise the park is accepted at once, as Park would accept
+// it: the Tracker and Handle are published and the Observer is told of
+// the park (now and watches as for Park), then the state records the
+// deferral (stDeferred). A ForceComplete from then until the park runs
+// completes the operation as an early completion of an accepted park: it
+// counts it, gives back its place (Reserve) and tells the Observer, before
+// OnComplete; the park then finds the deferral gone and does nothing. The
+// deferred park must pass deferred to Park.
+//
+// The look at the state, the Observer's Parked and the swap happen under
+// the lock's pmu, as do those of a Park of an operation under a
+// SharedLock (its holder's, which made this one defer): whichever comes
+// second sees the other's work and refuses the operation without telling
+// the Observer.
+func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) bool {
+	sl := o.sharedLock()
+	w := o.word()
+	sl.pmu.Lock()
+	if w.Load()&unparkable != 0 {
+		sl.pmu.Unlock()
 		return false
 	}
-	o.fat().sharedLock().deferPark(park)
+	_, x := o.publish(t, now, watches)
+	for {
+		s := w.Load()
+		if s&unparkable != 0 {
+			// A ForceComplete (nothing else acts on an operation that is
+			// not parked): refused, as Park refuses it.
+			sl.pmu.Unlock()
+			o.abandon(t, x, now)
+			return false
+		}
+		if w.CompareAndSwap(s, s|stDeferred) {
+			break
+		}
+	}
+	sl.parks = append(sl.parks, park)
+	sl.pmu.Unlock()
+	// If the lock was unlocked before park was listed, nobody may come:
+	// take it and unlock it here.
+	if sl.mu.TryLock() {
+		sl.Unlock()
+	}
 	return true
 }
 
@@ -230,7 +268,7 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 func (o *Op) tryComplete() (done bool) {
 	if t := o.tracker(); t != nil { // checkable: parked, so Park's write is seen
 		if t.Obs != nil {
-			o.h.ext.Load().tries.Add(1)
+			o.h.Load().ext.Load().tries.Add(1) // kept: it has an ext
 		}
 		defer func() {
 			if r := recover(); r != nil {
@@ -239,5 +277,28 @@ func (o *Op) tryComplete() (done bool) {
 			}
 		}()
 	}
-	return o.self().TryComplete()
+	if !o.self().TryComplete() {
+		return false
+	}
+	if o.word().Load()&stCompleted != 0 {
+		return true
+	}
+	// TryComplete reported true without completing the operation (it
+	// forgot to return ForceComplete()). Left as it is, the operation
+	// would hang: pending for ever, its timeout and checks finding it
+	// completed by this call. It meant that the operation can finish, so
+	// finish it, as an early completion, and tell the purgatory once.
+	if t := o.tracker(); t != nil && t.misused.CompareAndSwap(false, true) && t.OnMisuse != nil {
+		t.OnMisuse(Self(o))
+	}
+	o.complete(Early, false)
+	return true
+}
+
+// sharedLock returns the operation's SharedLock, or nil.
+func (o *Op) sharedLock() *SharedLock {
+	if fh := o.fat(); fh != nil {
+		return fh.sharedLock()
+	}
+	return nil
 }

@@ -63,7 +63,7 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, Counts{}, tr.Counts(), "nothing counted, nothing left")
-	assert.Nil(t, o.h.Op(), "the handle Park made does not hold the operation")
+	assert.Nil(t, o.h.Load(), "the operation lets go of the handle Park made")
 }
 
 // The same for an operation with a context, whose Handle is the one Init
@@ -75,18 +75,18 @@ func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := newSeamOp(ctx)
-	initHandle := o.h
+	initHandle := o.h.Load()
 	require.NotNil(t, initHandle, "an operation with a context has its Handle from Init")
 	var tr Tracker
 	at(&tr, "published", func(o *Op) {
-		require.NotNil(t, o.h.Op(), "Park has filled in the Handle")
+		require.NotNil(t, o.h.Load().Op(), "Park has filled in the Handle")
 		require.True(t, ForceComplete(o))
 	})
 	h, ok := parkCounted(&o.Op, &tr, 0, 0, false)
 	assert.False(t, ok)
 	assert.Nil(t, h)
-	assert.Same(t, initHandle, o.h, "Park keeps Init's Handle")
-	assert.Nil(t, o.h.Op(), "the failed park let go of the operation")
+	assert.Same(t, initHandle, o.h.Load(), "Park keeps Init's Handle")
+	assert.Nil(t, o.h.Load().Op(), "the failed park let go of the operation")
 	assert.Nil(t, o.fat().stop.Load(), "no AfterFunc armed")
 	cancel()
 	assert.Equal(t, 1, o.completes)
@@ -179,7 +179,7 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	assert.Zero(t, c.Pending)
 	require.Len(t, r.events, 2, "parked, then one departure: the loser tells nothing")
 	assert.Equal(t, event{"left", Expired, r.events[0].state, 1, int64(5 * time.Millisecond), 0}, r.events[1])
-	assert.Nil(t, o.h.ext.Load().obs, "the state is let go at the departure")
+	assert.Nil(t, o.h.Load().ext.Load().obs, "the state is let go at the departure")
 }
 
 // A cancel between the clock read and the swap: the ForceComplete still

@@ -61,17 +61,6 @@ func (l *SharedLock) Unlock() {
 	}
 }
 
-// deferPark leaves park for whoever unlocks l next. If l was unlocked
-// before park was listed, nobody may come: take l and unlock it here.
-func (l *SharedLock) deferPark(park func()) {
-	l.pmu.Lock()
-	l.parks = append(l.parks, park)
-	l.pmu.Unlock()
-	if l.mu.TryLock() {
-		l.Unlock()
-	}
-}
-
 func (l *SharedLock) deferCheck(o *Op) {
 	l.pmu.Lock()
 	l.pending = append(l.pending, o)

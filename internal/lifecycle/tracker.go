@@ -19,6 +19,12 @@ type Tracker struct {
 	// the Tracker is used.
 	OnPanic func(op any, callback string, v any)
 
+	// OnMisuse is called once, with the operation, the first time a
+	// TryComplete reports true without completing its operation (which
+	// is then completed for it). Set it before the Tracker is used.
+	OnMisuse func(op any)
+	misused  atomic.Bool
+
 	// MaxPending, when above zero, bounds the operations parked at once;
 	// reserved counts them. Only purgatories given WithMaxPending pay for
 	// the shared counter.
@@ -161,24 +167,6 @@ func (t *Tracker) Live() (pending, watched int64) {
 // and their difference is still exact while fewer than 2^32 operations
 // are pending and fewer than 2^32 entries watched, which no heap holds.
 func counts(n uint32) uint64 { return 1 | uint64(n)<<32 }
-
-// CountUnparked counts as an early completion an operation on keys keys
-// that a purgatory accepted for a park it deferred, and that a
-// ForceComplete completed before the park ran: it never counted as
-// pending. An Observer is told of a park and an early departure, at once,
-// so that it sees what Stats counts.
-func (t *Tracker) CountUnparked(o *Op, keys int) {
-	t.stripe(o).done[Early].Add(1)
-	if t.Obs == nil {
-		return
-	}
-	var ctx context.Context
-	if x := o.fat(); x != nil {
-		ctx = x.ctx
-	}
-	now := t.Obs.Now()
-	t.Obs.Left(o, Early, t.Obs.Parked(o, ctx, keys), now, now, 0)
-}
 
 // AddPanic counts a panic recovered outside the operations' own callbacks.
 func (t *Tracker) AddPanic() { t.stripes[0].panics.Add(1) }
