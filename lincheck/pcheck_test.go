@@ -166,6 +166,34 @@ func (h *phist) involved(i int) bool {
 	return false
 }
 
+// lateReset is the partition checked against the defect-2 variant.
+func lateReset(part []porcupine.Operation) []porcupine.Operation {
+	out := append([]porcupine.Operation(nil), part...)
+	in := out[0].Input.(pin)
+	in.lateReset = true
+	out[0].Input = in
+	return out
+}
+
+// refusedHold is the count history as e2a455e's defect 7 makes it: a
+// park refused with ErrAlreadyWatched holds a place for a while within
+// its call (evHold, then evRelease).
+func refusedHold(ce []porcupine.Operation) []porcupine.Operation {
+	var out []porcupine.Operation
+	for _, e := range ce {
+		in := e.Input.(pin)
+		if in.kind == evPark && e.Output.(pout).err == errAlready {
+			h, r := e, e
+			h.Input = pin{kind: evHold, op: in.op}
+			r.Input = pin{kind: evRelease, op: in.op}
+			out = append(out, h, r)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // countEvents are the events countModel looks at.
 func countEvents(evs []porcupine.Operation) []porcupine.Operation {
 	var out []porcupine.Operation
@@ -186,7 +214,11 @@ func (h *phist) check() []failure {
 		ce := countEvents(evs)
 		m := countModel(len(h.ops), h.cfg.bound)
 		if porcupine.CheckOperationsTimeout(m, ce, *checkTimeout) == porcupine.Illegal {
-			fails = append(fails, h.modelFailure("linearizability: WithMaxPending count", m, ce))
+			kind := "linearizability: WithMaxPending count (other)"
+			if porcupine.CheckOperationsTimeout(m, refusedHold(ce), *checkTimeout) == porcupine.Ok {
+				kind = "linearizability: WithMaxPending count (defect 7: a refused park holds a place)"
+			}
+			fails = append(fails, h.modelFailure(kind, m, ce))
 		}
 	}
 	parts := h.partitions(evs)
@@ -203,7 +235,11 @@ func (h *phist) check() []failure {
 			}
 		}
 		if worst != nil {
-			f := h.modelFailure("linearizability: operation", purgatoryModel([][]porcupine.Operation{worst}), worst)
+			kind := "linearizability: operation (other)"
+			if porcupine.CheckOperationsTimeout(purgatoryModel([][]porcupine.Operation{lateReset(worst)}), nil, *checkTimeout) == porcupine.Ok {
+				kind = "linearizability: operation (defect 2: a reset during the park takes its deadline late)"
+			}
+			f := h.modelFailure(kind, purgatoryModel([][]porcupine.Operation{worst}), worst)
 			f.text += h.story(worst[0].Input.(pin).op)
 			fails = append(fails, f)
 		}

@@ -41,11 +41,16 @@ const (
 	evShutStart               // Shutdown: closed
 	evShutDone                // completed by Shutdown (ErrShutdown)
 	evShutEnd                 // Shutdown returned
+
+	// Only in countModel's variant of defect 7 (refusedHold).
+	evHold    // a refused park's place taken
+	evRelease // ... and given back
 )
 
 var pkindNames = [...]string{"init", "park", "arm", "satisfy", "check", "checkUpTo", "forceComplete",
 	"reset", "completeForKey", "forKeyDone", "cancelForKey", "cancelled", "ctxCancel", "ctxDone",
-	"tryDone", "expired", "advance", "advanceEnd", "rest", "shutdown", "shutdownDone", "shutdownEnd"}
+	"tryDone", "expired", "advance", "advanceEnd", "rest", "shutdown", "shutdownDone", "shutdownEnd",
+	"hold", "release"}
 
 func (k pkind) String() string { return pkindNames[k] }
 
@@ -73,6 +78,11 @@ type pin struct {
 	// Leveled.
 	shared bool
 	levels levels
+	// evInit: model e2a455e's defect 2 instead of the docs, to tell a
+	// failure that is defect 2 from one that is not: a reset made while
+	// the park is under way has its deadline measured again by the
+	// park's own Add, and nothing expires the operation before that.
+	lateReset bool
 }
 
 // levels are an operation's WatchLevel on each of its keys (at most 3).
@@ -116,6 +126,9 @@ var stNames = [...]string{"fresh", "deferred", "pending", "done", "cancelled"}
 type xstate struct {
 	init     bool
 	shared   bool
+	late     bool  // lateReset: the defect-2 variant
+	resetD   int64 // the variant: a reset's timeout during the park, measured again at its end
+	resetInP bool
 	timeout  int64
 	levels   levels
 	clock    int64
@@ -218,7 +231,7 @@ func pstep(state any, input any, output any) []any {
 		if s.init {
 			return nil
 		}
-		s.init, s.shared, s.timeout, s.levels = true, in.shared, in.d, in.levels
+		s.init, s.shared, s.timeout, s.levels, s.late = true, in.shared, in.d, in.levels, in.lateReset
 		return []any{s}
 	}
 	if !s.init {
@@ -281,6 +294,9 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 				return nil, false
 			}
 			s.armed = true
+			if s.resetInP {
+				s.hasDL, s.deadline, s.resetInP = true, s.clock+max(s.resetD, 0), false
+			}
 			if !s.hasDL {
 				// The park's Add measures the deadline. A reset made
 				// during the park has fixed it already, inside that
@@ -320,6 +336,10 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 		if out.ok {
 			if s.st != stPending || s.closed {
 				return nil, false
+			}
+			if s.late && !s.armed {
+				s.resetInP, s.resetD = true, in.d
+				return one(s)
 			}
 			s.hasDL, s.deadline, s.obliged = true, s.clock+max(in.d, 0), 0
 			return one(s)
@@ -457,6 +477,7 @@ type cstate struct {
 	// that states compare with ==).
 	st      string
 	pending int
+	held    string // the variant: operations whose refused park holds a place
 }
 
 func countModel(nops, bound int) porcupine.Model {
@@ -467,10 +488,25 @@ func countModel(nops, bound int) porcupine.Model {
 			set := func(st uint8) cstate {
 				b := []byte(s.st)
 				b[in.op] = '0' + st
-				return cstate{st: string(b), pending: s.pending}
+				return cstate{st: string(b), pending: s.pending, held: s.held}
 			}
 			cur := s.st[in.op] - '0'
+			tag := fmt.Sprintf("<%d>", in.op)
 			switch in.kind {
+			case evHold:
+				if strings.Contains(s.held, tag) {
+					return false, s
+				}
+				s.held += tag
+				s.pending++
+				return true, s
+			case evRelease:
+				if !strings.Contains(s.held, tag) {
+					return false, s
+				}
+				s.held = strings.Replace(s.held, tag, "", 1)
+				s.pending--
+				return cur != stFresh, s
 			case evPark:
 				switch out.err {
 				case errFull:

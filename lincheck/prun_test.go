@@ -94,6 +94,10 @@ type phist struct {
 	cids     atomic.Int32
 	advIDs   atomic.Int32
 	advAt    atomic.Int64 // the stamp of the latest Advance call
+	// hw is each key's level, which only rises: CheckAndCompleteUpTo is
+	// given a key's level after the test raised it, as docs/purgatory.md
+	// asks ("Levels on a key must only rise").
+	hw [16]atomic.Int64
 
 	// at rest, before Shutdown
 	restCall, restRet int64
@@ -510,6 +514,16 @@ func (h *phist) checkKey(wk *worker, k int) {
 }
 
 func (h *phist) checkUpTo(wk *worker, k int, level int64) {
+	for {
+		cur := h.hw[k].Load()
+		if level <= cur {
+			level = cur
+			break
+		}
+		if h.hw[k].CompareAndSwap(cur, level) {
+			break
+		}
+	}
 	c := rcall{kind: evCheckUpTo, op: -1, key: k, level: level}
 	c.call = h.begin(wk)
 	c.g = goid()

@@ -25,6 +25,14 @@ func purgatoryWorkloads() []pconfig {
 		weights: w(map[action]int{aPark: 6, aRepark: 1, aSatisfy: 4, aCheck: 2, aCheckUpTo: 1, aFC: 2,
 			aReset: 3, aCFK: 1, aCancelKey: 1, aCtxCancel: 1, aLocked: 1}),
 	}, {
+		// The control: everything but resets, second parks, shared locks
+		// and a bound, so that none of the defects known at e2a455e can
+		// show. A failure here is a new defect, or the model's mistake.
+		name: "baseline", workers: 3, steps: 30, advancers: 2, advances: 20, nkeys: 4,
+		leveled: 0.3, ctxs: 0.3, maxTO: 6, targetInFlight: 0.3, slowTries: 1,
+		weights: w(map[action]int{aPark: 6, aSatisfy: 4, aCheck: 2, aCheckUpTo: 1, aFC: 2,
+			aCFK: 1, aCancelKey: 1, aCtxCancel: 1}),
+	}, {
 		// Resets of operations while they are being parked, with short
 		// timeouts and the clock moving (defect 2: a reset's deadline
 		// taken late).

@@ -9,7 +9,7 @@ import (
 )
 
 var (
-	duration = flag.Duration("lincheck.duration", time.Second,
+	duration = flag.Duration("lincheck.duration", 500*time.Millisecond,
 		"how long each workload runs histories (make lincheck runs longer)")
 	seedFlag = flag.Int64("lincheck.seed", 0,
 		"seed of the first history (0: from the clock); each history is seed+i")
