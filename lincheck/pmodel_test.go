@@ -214,6 +214,9 @@ func silent(s xstate) []xstate {
 	if s.st == stPending && !s.armed {
 		a := s
 		a.armed = true
+		if a.resetInP {
+			a.hasDL, a.deadline, a.resetInP = true, a.clock+max(a.resetD, 0), false
+		}
 		if !a.hasDL {
 			a.hasDL, a.deadline = true, a.clock+max(a.timeout, 0)
 		}
@@ -493,10 +496,7 @@ func countModel(nops, bound int) porcupine.Model {
 			cur := s.st[in.op] - '0'
 			tag := fmt.Sprintf("<%d>", in.op)
 			switch in.kind {
-			case evHold:
-				if strings.Contains(s.held, tag) {
-					return false, s
-				}
+			case evHold: // several refused parks of one operation may each hold one
 				s.held += tag
 				s.pending++
 				return true, s
