@@ -86,7 +86,7 @@ func (h *phist) events() []porcupine.Operation {
 				add(pin{kind: evExpired, op: o.id}, pout{}, c.low, c.start, cbClient)
 			case errors.Is(c.cause, purgatory.ErrShutdown):
 				add(pin{kind: evShutDone, op: o.id}, pout{}, c.low, c.start, cbClient)
-			case errors.Is(c.cause, ctxErr):
+			case errors.Is(c.cause, errCtx):
 				add(pin{kind: evCtxDone, op: o.id}, pout{}, o.ctxAt.Load(), c.start, cbClient)
 			case errors.As(c.cause, &cfk):
 				add(pin{kind: evForKeyDone, op: o.id, idx: cfk.cid}, pout{}, cfkCall[cfk.cid].call, c.start, cbClient)
@@ -591,7 +591,7 @@ func (h *phist) invariants() []failure {
 			want.early++
 		case errors.Is(c, operation.ErrExpired):
 			want.expired++
-		case errors.Is(c, ctxErr):
+		case errors.Is(c, errCtx):
 			want.ctx++
 		default:
 			var e *cfkErr

@@ -197,5 +197,5 @@ type cfkErr struct{ cid int }
 
 func (e *cfkErr) Error() string { return fmt.Sprintf("completeForKey#%d", e.cid) }
 
-// ctxErr is the cause an operation's context is cancelled with.
-var ctxErr = errors.New("lincheck: context cancelled")
+// errCtx is the cause an operation's context is cancelled with.
+var errCtx = errors.New("lincheck: context cancelled")

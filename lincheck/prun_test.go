@@ -427,7 +427,7 @@ func (h *phist) step(wk *worker, rng *rand.Rand) {
 		c := rcall{kind: evCtxCancel, op: i}
 		c.call = h.begin(wk)
 		o.ctxAt.CompareAndSwap(0, c.call)
-		o.cancel(ctxErr)
+		o.cancel(errCtx)
 		c.ret = h.end(wk)
 		h.record(wk, c)
 	case aLocked:

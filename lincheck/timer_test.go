@@ -33,8 +33,6 @@ const (
 	tFinal          // at rest: IsCancelled()
 )
 
-var tkindNames = [...]string{"init", "add", "cancel", "run", "advance", "advanceEnd", "isCancelled"}
-
 type tin struct {
 	kind tkind
 	task int
