@@ -6,13 +6,13 @@
 # out of its API. Targets that build, vet, test or lint run in all five.
 GO        ?= go
 PKGS      := ./...
-MODULES   := . examples contrib/timing contrib/prometheus contrib/otel
+MODULES   := . examples contrib/timing contrib/prometheus contrib/otel lincheck
 # each runs a command in every module, stopping at the first failure.
 each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); done
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean
+.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean lincheck
 
 all: lint build test
 
@@ -33,6 +33,15 @@ STORMS := TestLifecycleStorm|TestKeyChurnReleasesKeys|TestParkRacingForceComplet
 test: vet
 	@$(call each,$(GO) test -race -count=1 -timeout 15m $(PKGS))
 	$(GO) test -count=1 -timeout 10m -run '^($(STORMS))$$' ./purgatory -args -full
+
+# lincheck: the linearizability check (module lincheck) for longer than
+# make test runs it: each workload for LINCHECK_DURATION, without the race
+# detector so that more histories run. LINCHECK_RUN picks workloads
+# (e.g. 'TestPurgatory/reset').
+LINCHECK_DURATION ?= 2m
+LINCHECK_RUN      ?= .
+lincheck: deps
+	cd lincheck && $(GO) test -run '$(LINCHECK_RUN)' -count=1 -timeout 60m -v . -args -lincheck.duration=$(LINCHECK_DURATION)
 
 # lint: formatting, vet, go.mod drift, and staticcheck (fetched through the
 # module proxy with go run, so nothing is installed by hand).
