@@ -79,6 +79,33 @@ func TestResetDuringParkKeepsItsDeadline(t *testing.T) {
 	}
 }
 
+// The same when the reset's deadline comes while the park still holds the
+// lock: the expiry it fires waits for the lock, and then expires the
+// operation in that Advance. The park used to add the timeout anew, and
+// the expiry, finding its entry moved, did nothing.
+func TestResetDeadlineFiredDuringPark(t *testing.T) {
+	t.Parallel()
+	p, mt := newMockPurgatory(t)
+	waiting := make(chan struct{}, 1)
+	purgatory.SetContendedHook(p, func(*lifecycle.Op) { waiting <- struct{}{} })
+	op := newOp(time.Hour)
+	advanced := make(chan int, 1)
+	restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
+		if s != purgatory.StepWatched {
+			return
+		}
+		require.True(t, p.ResetTimeout(op, 10*time.Millisecond))
+		go func() { advanced <- mt.Advance(15 * time.Millisecond) }()
+		<-waiting // the expiry of the reset's deadline waits for the park's lock
+	})
+	_, err := p.TryCompleteElseWatch(op, "a")
+	restore()
+	require.NoError(t, err)
+	assert.Equal(t, 1, <-advanced, "the Advance past the reset's deadline expires it")
+	assert.True(t, op.IsExpired())
+	assert.Zero(t, mt.Size())
+}
+
 // fieldless is an operation with no fields of its own, whose every byte
 // is the library's.
 type fieldless struct{ operation.Base }

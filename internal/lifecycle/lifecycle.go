@@ -818,10 +818,11 @@ func Cancel(o *Op) bool {
 	return true
 }
 
-// Rescheduled reports whether the operation's timer entry has been
-// touched since the operation was parked: a Reset (RescheduleHeld) and
-// the reset's Add. A park's own Add then stands aside.
-func Rescheduled(o *Op) bool { return !o.entry().IsFired() }
+// Rescheduled reports whether the operation's timeout has been scheduled
+// since the operation was parked: a Reset (RescheduleHeld) and the
+// reset's Add, whose deadline may even have fired since. A park's own Add
+// then stands aside.
+func Rescheduled(o *Op) bool { return o.entry().Touched() }
 
 // CancelTimerIfDone cancels the operation's timer entry if the operation
 // completed while it was being added (Kafka re-checks the same way after
