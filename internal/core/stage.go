@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,17 @@ import (
 // Advance that passes their deadlines runs them, and nothing else is put
 // in the timer for them. The wait moves no deadline: a task staged late in
 // a drain is filed due, and fires in the same turn.
+//
+// A drain is done a chunk at a time, as coarse buckets are moved down:
+// when the token is due, a turn takes the staged slices out (taken), and
+// each turn then files up to drainChunk of them, so that Adds run between
+// turns. With a million timeouts staged, filing them all in one turn held
+// the write lock for 100 ms or more, and every Add waited for it: perf run
+// E then parked at two thirds of its rate (docs/benchmarks.md). Every
+// staged deadline is at least stageHold after the token's tick (staged
+// at least stageMin ahead, drained stageHold after the Add that armed
+// the token), so filing all that is taken before any bucket due at or
+// after that tick is handled (takenBy) keeps every deadline exact.
 type staging struct {
 	mark    List // what staged entries point to
 	stripes [stageStripes]stageStripe
@@ -47,7 +59,19 @@ type staging struct {
 	// token is a bucket of no entries that stands for the staging area in
 	// the delay queue: when it is due, a turn drains the staging slices.
 	token bucket
+
+	// taken are the slices the token's turns took out, being filed a
+	// chunk a turn from takenAt on; takenBy is the tick before which
+	// nothing taken is due (math.MaxInt64 with nothing taken). Guarded by
+	// the timer's write lock.
+	taken   slots
+	takenAt int
+	takenBy int64
 }
+
+// drainChunk is how many staged tasks a turn files, as cascadeChunk is
+// how many a turn moves down.
+const drainChunk = 1024
 
 const (
 	// stageHold is how long a task may wait staged: the drain comes
@@ -84,6 +108,7 @@ type stageStripe struct {
 func (s *staging) init() {
 	s.mark.InitMark()
 	s.token.init()
+	s.takenBy = math.MaxInt64
 }
 
 // stage holds the task whose Ref is r, and whose entry e is pending with
@@ -102,28 +127,50 @@ func (t *Timer) stage(r *Ref, e *Entry, now int64) {
 	}
 }
 
-// drainStaged files every staged task that is still pending and still
-// staged here into the wheels, or fires it if it is due. The caller holds
-// the write lock: no Add of this timer runs, so nothing is staged
-// meanwhile, and the next Add that stages arms a new drain.
-func (t *Timer) drainStaged() {
+// takeStaged takes every staged slice out, to be filed by this turn and
+// the next ones (fileTaken), and notes the tick at which the first of
+// them may be due. The caller holds the write lock: no Add of this timer
+// runs, so nothing is staged meanwhile, and the next Add that stages arms
+// a new drain.
+func (t *Timer) takeStaged() {
 	s := &t.staged
 	s.armed.Store(false)
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
-		refs := st.refs
+		s.taken = append(s.taken, st.refs...)
 		st.refs = nil
 		st.mu.Unlock()
-		for _, c := range refs {
-			for _, r := range c {
-				// No entry: the operation completed, and cleared it.
-				if e := r.Entry(); e != nil {
-					t.fileStaged(e)
-				}
-			}
-		}
 	}
+	s.takenBy = min(s.takenBy, s.token.expiration.Load()+t.per.div(int64(stageHold)))
+	t.setBacklogLen()
+}
+
+// fileTaken files up to max of the taken tasks, all of them with max < 0,
+// and reports how many it looked at. The caller holds the write lock.
+func (t *Timer) fileTaken(max int) int {
+	s := &t.staged
+	n := 0
+	for len(s.taken) > 0 && (max < 0 || n < max) {
+		c := s.taken[0]
+		for ; s.takenAt < len(c) && (max < 0 || n < max); s.takenAt++ {
+			// No entry: the operation completed, and cleared it.
+			if e := c[s.takenAt].Entry(); e != nil {
+				t.fileStaged(e)
+			}
+			n++
+		}
+		if s.takenAt < len(c) {
+			break
+		}
+		s.taken[0] = nil
+		s.taken, s.takenAt = s.taken[1:], 0
+	}
+	if len(s.taken) == 0 {
+		s.taken, s.takenAt, s.takenBy = nil, 0, math.MaxInt64
+	}
+	t.setBacklogLen()
+	return n
 }
 
 // fileStaged files a staged entry into the wheels, or fires it if it is
@@ -149,10 +196,18 @@ func (t *Timer) fileStaged(e *Entry) {
 	e.UnlockAdd()
 }
 
-// stagedCount counts the tasks staged here, each once.
+// stagedCount counts the tasks staged here, each once. The caller holds
+// the write lock.
 func (t *Timer) stagedCount() int {
 	s := &t.staged
 	seen := map[*Entry]struct{}{}
+	for _, c := range s.taken {
+		for _, r := range c {
+			if e := r.Entry(); e != nil && e.In(&s.mark) && e.IsPending() {
+				seen[e] = struct{}{}
+			}
+		}
+	}
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()
@@ -166,9 +221,18 @@ func (t *Timer) stagedCount() int {
 	return len(seen)
 }
 
-// dropStaged cancels every staged task, for Close.
+// dropStaged cancels every staged task, for Close. The caller holds the
+// write lock.
 func (t *Timer) dropStaged() {
 	s := &t.staged
+	for _, c := range s.taken {
+		for _, r := range c {
+			if e := r.Entry(); e != nil && e.In(&s.mark) {
+				e.Cancel()
+			}
+		}
+	}
+	s.taken, s.takenAt, s.takenBy = nil, 0, math.MaxInt64
 	for i := range s.stripes {
 		st := &s.stripes[i]
 		st.mu.Lock()

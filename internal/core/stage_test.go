@@ -167,3 +167,67 @@ func TestCloseCancelsStagedTasks(t *testing.T) {
 	}
 	assert.Zero(t, st.Size())
 }
+
+// A drain files the staged tasks a chunk a turn, so that Adds run between
+// its turns, and files them all before any bucket one of them may belong
+// in is handled: each runs exactly at its deadline, even when one Advance
+// passes all of them at once.
+func TestDrainFilesAChunkATurn(t *testing.T) {
+	t.Parallel()
+	const n = 5*drainChunk + 17
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a turn at a time", true: "one advance past every deadline"}[whole], func(t *testing.T) {
+			st, clk := newInlineTimer(t, withWheelSize(20))
+			ps := make([]*refProbe, n)
+			for i := range ps {
+				ps[i] = newRefProbe(stageMin+time.Duration(i%500)*time.Millisecond, clk)
+				require.NoError(t, st.Add(ps[i]))
+			}
+			require.Equal(t, n, st.Size())
+			if whole {
+				clk.Advance(time.Hour)
+				st.runDue()
+			} else {
+				clk.Advance(stageHold)
+				require.True(t, st.AdvanceDue(), "the token is due: the first chunk")
+				assert.Len(t, taken(st), n-drainChunk, "one chunk filed")
+				assert.Equal(t, int32(1), st.backlogLen.Load(), "AdvanceClock goes on without waiting")
+				assert.Equal(t, n, st.Size(), "counted once, filed or not")
+				late := newRefProbe(stageMin, clk) // an Add between two turns stages anew
+				require.NoError(t, st.Add(late))
+				turns := 1
+				for st.AdvanceDue() {
+					turns++
+				}
+				assert.Equal(t, (n+drainChunk-1)/drainChunk, turns)
+				assert.Empty(t, taken(st))
+				assert.Zero(t, st.backlogLen.Load())
+				assert.Equal(t, n+1, st.Size())
+				for range 1000 { // a millisecond at a time, past every deadline
+					clk.Advance(time.Millisecond)
+					st.runDue()
+				}
+				assert.Equal(t, int32(1), late.runs.Load())
+			}
+			for i, p := range ps {
+				require.Equal(t, int32(1), p.runs.Load(), "task %d", i)
+				if !whole {
+					require.Equal(t, p.base.Delay(), p.at, "task %d runs at its deadline", i)
+				}
+			}
+			assert.Zero(t, st.Size())
+		})
+	}
+}
+
+// taken returns the staged tasks a drain has taken and not yet filed.
+func taken(st *Timer) []*Ref {
+	var out []*Ref
+	for i, c := range st.staged.taken {
+		if i == 0 {
+			c = c[st.staged.takenAt:]
+		}
+		out = append(out, c...)
+	}
+	return out
+}

@@ -65,7 +65,9 @@ type Timer struct {
 	flushed []*Entry    // entries taken out of a bucket while they are refiled, guarded by mu (write)
 	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
 
-	backlogLen atomic.Int32 // len(backlog), read without mu by AdvanceClock
+	// backlogLen is len(backlog), plus one while staged tasks are taken
+	// and not yet filed (stage.go), read without mu by AdvanceClock.
+	backlogLen atomic.Int32
 	spareMu    sync.Mutex
 	spare      []*Entry // a drained expired slice, for reuse
 
@@ -313,8 +315,13 @@ func (t *Timer) turn() bool {
 	b := t.queue.pollDue(t.now())
 	did := b != nil
 	for b != nil {
+		if b != &t.staged.token && b.expiration.Load()-b.lead >= t.staged.takenBy {
+			// Every staged task goes where it belongs before a bucket it
+			// may belong in is handled.
+			t.fileTaken(-1)
+		}
 		if b == &t.staged.token {
-			t.drainStaged()
+			t.takeStaged()
 		} else if t.drainBefore(b) {
 			t.queue.offer(b) // moving down may have made earlier buckets: take them first
 		} else if b.lead == 0 {
@@ -327,16 +334,19 @@ func (t *Timer) turn() bool {
 		} else {
 			t.wheel.advance(b.expiration.Load() - b.lead)
 			t.backlog = append(t.backlog, b)
-			t.backlogLen.Store(int32(len(t.backlog)))
+			t.setBacklogLen()
 		}
 		b = t.queue.pollDue(t.now())
+	}
+	if t.fileTaken(drainChunk) > 0 {
+		did = true
 	}
 	for moved := 0; moved < cascadeChunk && len(t.backlog) > 0; {
 		t.flushed = t.backlog[0].popInto(t.flushed[:0], cascadeChunk-moved)
 		if len(t.flushed) == 0 {
 			t.backlog[0] = nil
 			t.backlog = t.backlog[1:]
-			t.backlogLen.Store(int32(len(t.backlog)))
+			t.setBacklogLen()
 			continue
 		}
 		moved += len(t.flushed)
@@ -371,9 +381,19 @@ func (t *Timer) drainBefore(b *bucket) bool {
 	}
 	if drained {
 		t.backlog = slices.DeleteFunc(t.backlog, func(c *bucket) bool { return c == nil })
-		t.backlogLen.Store(int32(len(t.backlog)))
+		t.setBacklogLen()
 	}
 	return drained
+}
+
+// setBacklogLen publishes how much work the backlogs hold. The caller
+// holds the write lock.
+func (t *Timer) setBacklogLen() {
+	n := len(t.backlog)
+	if len(t.staged.taken) > 0 {
+		n++
+	}
+	t.backlogLen.Store(int32(n))
 }
 
 // refile handles the entries in t.flushed, just taken out of a bucket:
@@ -482,7 +502,12 @@ func (t *Timer) fire(e *Entry) {
 // few microseconds. It is for metrics, not for a hot path. While a bucket
 // is being flushed its entries are briefly not counted, as in Kafka.
 func (t *Timer) Size() int {
+	// The taken staged tasks are the turns' (write lock): one stripe's
+	// read lock keeps them still while they are counted.
+	mu := &t.mu[0]
+	mu.RLock()
 	n := t.never.Count() + int64(t.stagedCount())
+	mu.RUnlock()
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			n += w.buckets[i].size()
@@ -521,7 +546,7 @@ func (t *Timer) Close() error {
 	t.dropStaged()
 	clear(t.backlog)
 	t.backlog = nil
-	t.backlogLen.Store(0)
+	t.setBacklogLen()
 	t.queue.clear()
 	t.mu.unlock()
 	t.queue.stop()
