@@ -347,7 +347,11 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 			s.hasDL, s.deadline, s.obliged = true, s.clock+max(in.d, 0), 0
 			return one(s)
 		}
-		return oneIf(s, s.st != stPending || s.closed)
+		// False also once its deadline has come: on a timer of package
+		// timer the reset finds the entry fired, and the expiry under
+		// way decides (docs/purgatory.md, "Keeping an operation alive").
+		due := s.st == stPending && s.hasDL && s.deadline <= s.clock
+		return oneIf(s, s.st != stPending || s.closed || due)
 	case evCFK:
 		if s.st == stPending {
 			s.claims |= 1 << (in.idx % 64)

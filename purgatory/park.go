@@ -75,17 +75,17 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	return done, err
 }
 
-// reserve takes a place for one more pending operation (WithMaxPending),
-// or counts and reports the refusal.
-func (p *Purgatory[K, T]) reserve(o *lifecycle.Op, keys int) bool {
-	if p.tracker.Reserve() {
-		return true
+// refusal returns the error for a park lifecycle refused, having counted
+// and told a refusal for want of a place (WithMaxPending).
+func (p *Purgatory[K, T]) refusal(o *lifecycle.Op, keys int, r lifecycle.Refusal) error {
+	if r == lifecycle.Already {
+		return ErrAlreadyWatched
 	}
 	p.full.Add(1)
 	if p.obs != nil {
 		p.obs.refused(o, keys, ErrFull)
 	}
-	return false
+	return ErrFull
 }
 
 // deferPark hands the park of o, whose SharedLock is held, to whoever
@@ -95,31 +95,27 @@ func (p *Purgatory[K, T]) reserve(o *lifecycle.Op, keys int) bool {
 // the park is accepted now, and the rest of it, from its first
 // TryComplete on, runs at the unlock, under the lock.
 func (p *Purgatory[K, T]) deferPark(o *lifecycle.Op, keys []K, levels []int64) (bool, error) {
-	if !p.reserve(o, len(keys)) {
-		return false, ErrFull
-	}
 	held := slices.Clone(keys) // the caller may reuse its slice once we return
 	p.at(stepDeferred)
 	var now int64
 	if p.obs != nil {
 		now = p.now()
 	}
-	deferred := lifecycle.DeferPark(o, &p.tracker, now, len(held), func() {
+	r := lifecycle.DeferPark(o, &p.tracker, now, len(held), func() {
 		// It fails only if a ForceComplete completed op after the
 		// deferral was accepted, and that completion counted it.
 		_, _ = p.park(o, held, levels, true)
 	})
-	if !deferred {
-		p.tracker.Unreserve()
-		return false, ErrAlreadyWatched
+	if r != lifecycle.Accepted {
+		return false, p.refusal(o, len(keys), r)
 	}
 	return false, nil
 }
 
 // park is TryCompleteElseWatch from the moment op's lock is held, until
 // just before it is released; deferred says the park was accepted by
-// DeferPark, which took its place (Reserve). Otherwise park takes the
-// place itself, once it has seen op parkable under the lock, so that a
+// DeferPark, which took its place (Reserve). Otherwise lifecycle.Park
+// takes the place, once it has seen op parkable under the lock, so that a
 // park refused with ErrAlreadyWatched never holds one.
 //
 // Everything happens under the lock: the park, the first TryComplete, the
@@ -130,24 +126,13 @@ func (p *Purgatory[K, T]) deferPark(o *lifecycle.Op, keys []K, levels []int64) (
 // never runs the expiry itself (timer.Timer), and an expiry run by
 // whoever advances the timer waits for the lock, so the Add is safe here.
 func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferred bool) (done bool, err error) {
-	if !deferred {
-		if !lifecycle.Parkable(o) {
-			return false, ErrAlreadyWatched
-		}
-		if !p.reserve(o, len(keys)) {
-			return false, ErrFull
-		}
-	}
 	var now int64
 	if p.obs != nil && !deferred {
 		now = p.now()
 	}
-	h, ok := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
-	if !ok {
-		if !deferred {
-			p.tracker.Unreserve()
-		}
-		return false, ErrAlreadyWatched
+	h, r := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
+	if r != lifecycle.Accepted {
+		return false, p.refusal(o, len(keys), r)
 	}
 	defer lifecycle.Arrived(o, &p.tracker, len(keys))
 	lifecycle.ArmContext(o)
@@ -295,7 +280,18 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 		return false
 	}
 	o := lifecycle.Of(op)
-	if !lifecycle.PendingIn(o, &p.tracker) || !lifecycle.Reset(o, timeout) {
+	if !lifecycle.PendingIn(o, &p.tracker) {
+		return false
+	}
+	if p.core != nil {
+		if !lifecycle.ResetIn(o, p.core, timeout) {
+			return false
+		}
+		p.at(stepReset)
+		lifecycle.CancelTimerIfDone(o)
+		return true
+	}
+	if !lifecycle.Reset(o, timeout) {
 		return false
 	}
 	p.at(stepReset)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/purgatory-go/purgatory/internal/core"
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/watchers"
 	"github.com/purgatory-go/purgatory/operation"
@@ -29,7 +30,11 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	ptrT, ifaceT bool
 	watchers     *watchers.Watchers[K]
 	timer        timer.Timer // nil with WithoutTimer
-	tracker      lifecycle.Tracker
+	// core is timer's engine if timer is one of package timer's (a
+	// SystemTimer, a MockTimer, a Reaper of either), or nil: a reset is
+	// one step there (lifecycle.ResetIn).
+	core    *core.Timer
+	tracker lifecycle.Tracker
 	// obs tells the Observers given to WithObserver; nil without any.
 	obs *observing[K, T]
 	// now reads the timer's clock (timer.Timer's Now), or with
@@ -162,6 +167,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
+	p.core = core.TimerOf(p.timer)
 	if p.timer != nil {
 		p.now = func() int64 { return int64(p.timer.Now()) }
 	} else {

@@ -15,9 +15,55 @@ import (
 	"github.com/purgatory-go/purgatory/timer"
 )
 
-// ResetTimeout moves the deadline, then adds the entry again. Each
-// competitor acts exactly between the two; the reset never makes an
-// operation expire early, or twice, or stay in the timer once it has left.
+// userTimer is a Timer of the user's own, made of a MockTimer: the
+// purgatory cannot find the engine behind it (it embeds the interface
+// only), so a ResetTimeout there takes two steps, as with any Timer of a
+// user's: it moves the deadline, then adds the entry again.
+type userTimer struct{ timer.Timer }
+
+// newUserTimerPurgatory is newMockPurgatory on a userTimer.
+func newUserTimerPurgatory(t *testing.T, opts ...purgatory.Option) (*pg, *timer.MockTimer) {
+	t.Helper()
+	mt := timer.NewMockTimer()
+	p, _ := newMockPurgatory(t, append([]purgatory.Option{purgatory.WithTimer(userTimer{mt})}, opts...)...)
+	return p, mt
+}
+
+// On a timer of package timer a reset is one step: by the time anything
+// else can act (StepReset), the old deadline has left the timer and the
+// new one, measured from the reset's reading of the clock, is filed. An
+// Advance past the old deadline then expires nothing; the operation
+// expires at the new one.
+func TestResetTimeoutIsOneStep(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{seamTimeout, longTimeout} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			p, mt := newMockPurgatory(t)
+			op := newOp(timeout)
+			mustPark(t, p, op, "a", "b")
+			mt.Advance(seamTimeout / 2)
+			restore := purgatory.SetStepHook(p, func(s purgatory.Step) {
+				if s == purgatory.StepReset {
+					assert.Zero(t, mt.Advance(2*timeout), "the old deadline has left")
+				}
+			})
+			require.True(t, p.ResetTimeout(op, 3*timeout))
+			restore()
+			assert.False(t, op.IsCompleted())
+			assert.Equal(t, 1, mt.Size())
+			mt.Advance(timeout - time.Millisecond)
+			assert.False(t, op.IsCompleted(), "expired early")
+			mt.Advance(2 * time.Millisecond)
+			assert.True(t, op.IsExpired())
+			assert.Zero(t, mt.Size())
+		})
+	}
+}
+
+// On a Timer of the user's own, ResetTimeout moves the deadline, then adds
+// the entry again. Each competitor acts exactly between the two; the
+// reset never makes an operation expire early, or twice, or stay in the
+// timer once it has left.
 func TestResetTimeoutSeam(t *testing.T) {
 	t.Parallel()
 	type result struct {
@@ -60,7 +106,7 @@ func TestResetTimeoutSeam(t *testing.T) {
 	} {
 		for _, timeout := range []time.Duration{seamTimeout, longTimeout} {
 			t.Run(c.name+"/"+timeout.String(), func(t *testing.T) {
-				p, mt := newMockPurgatory(t)
+				p, mt := newUserTimerPurgatory(t)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				op := newOp(timeout, operation.WithContext(ctx))
@@ -136,32 +182,48 @@ func (l *signalLock) Lock() {
 func (l *signalLock) Unlock() { l.mu.Unlock() }
 
 // The timer fires the entry at its old deadline, and its expiry waits for
-// the operation's lock; a reset comes first. The stale expiry must find
-// the entry moved and do nothing: the operation expires once, at its new
-// deadline.
-func TestResetTimeoutBeatsAStaleExpiry(t *testing.T) {
+// the operation's lock; a reset comes then. On a timer of package timer
+// the fired entry has decided (the expiry is under way): the reset
+// reports false and the operation expires once, at its old deadline. On
+// a Timer of the user's own, which cannot tell which Add a run is for,
+// the reset wins and the stale expiry does nothing: the operation expires
+// once, at its new deadline.
+func TestResetTimeoutAfterTheFire(t *testing.T) {
 	t.Parallel()
-	p, mt := newMockPurgatory(t)
-	lock := &signalLock{waiting: make(chan struct{}, 1)}
-	op := newOp(seamTimeout, operation.WithLock(lock))
-	mustPark(t, p, op, "a")
+	for _, user := range []bool{false, true} {
+		t.Run(map[bool]string{false: "package timer", true: "user timer"}[user], func(t *testing.T) {
+			p, mt := newMockPurgatory(t)
+			if user {
+				p, mt = newUserTimerPurgatory(t)
+			}
+			lock := &signalLock{waiting: make(chan struct{}, 1)}
+			op := newOp(seamTimeout, operation.WithLock(lock))
+			mustPark(t, p, op, "a")
 
-	lock.Lock()
-	expired := make(chan int)
-	go func() { expired <- mt.Advance(seamTimeout) }()
-	<-lock.waiting // the expiry has fired the entry, and waits for the lock
-	assert.True(t, p.ResetTimeout(op, seamTimeout), "nothing has completed the operation")
-	lock.Unlock()
-	<-expired
-	assert.False(t, op.IsCompleted(), "the stale expiry completed it")
-	assert.Equal(t, 1, mt.Size())
-
-	mt.Advance(seamTimeout - time.Millisecond) // its new deadline, less a tick
-	assert.False(t, op.IsCompleted(), "expired early")
-	mt.Advance(time.Millisecond)
-	assert.True(t, op.IsExpired())
-	assert.Equal(t, int32(1), op.Expiries.Load())
-	assert.Equal(t, uint64(1), p.Stats().Expired)
+			lock.Lock()
+			expired := make(chan int)
+			go func() { expired <- mt.Advance(seamTimeout) }()
+			<-lock.waiting // the expiry has fired the entry, and waits for the lock
+			reset := p.ResetTimeout(op, seamTimeout)
+			lock.Unlock()
+			<-expired
+			if !user {
+				assert.False(t, reset, "the fired entry decides")
+				assert.True(t, op.IsExpired(), "at its old deadline")
+				assert.Equal(t, seamTimeout, op.Timeout(), "a reset that lost moved the timeout")
+			} else {
+				assert.True(t, reset, "nothing has completed the operation")
+				assert.False(t, op.IsCompleted(), "the stale expiry completed it")
+				assert.Equal(t, 1, mt.Size())
+				mt.Advance(seamTimeout - time.Millisecond) // its new deadline, less a tick
+				assert.False(t, op.IsCompleted(), "expired early")
+				mt.Advance(time.Millisecond)
+				assert.True(t, op.IsExpired())
+			}
+			assert.Equal(t, int32(1), op.Expiries.Load())
+			assert.Equal(t, uint64(1), p.Stats().Expired)
+		})
+	}
 }
 
 // Regression (issue 30, defect 9): the expiry has found the entry fired
@@ -187,53 +249,72 @@ func TestResetTimeoutAgreesWithTheExpiry(t *testing.T) {
 		{"ForceComplete before", func(_ *pg, op *mockOp) { op.ForceComplete() }, nil, "early"},
 		{"CompleteForKey before", func(p *pg, _ *mockOp) { p.CompleteForKey("a", errMoved) }, nil, "for_key"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			p, mt := newMockPurgatory(t)
-			op := newOp(seamTimeout)
-			var reset, completedAtReset []bool
-			purgatory.SetClaimedHook(p, func(o *lifecycle.Op) {
-				if o != lifecycle.Of(op) || len(reset) > 0 {
+		for _, user := range []bool{false, true} {
+			t.Run(c.name+map[bool]string{false: "/package timer", true: "/user timer"}[user], func(t *testing.T) {
+				p, mt := newMockPurgatory(t)
+				if user {
+					p, mt = newUserTimerPurgatory(t)
+				}
+				op := newOp(seamTimeout)
+				var reset, completedAtReset []bool
+				purgatory.SetClaimedHook(p, func(o *lifecycle.Op) {
+					if o != lifecycle.Of(op) || len(reset) > 0 {
+						return
+					}
+					if c.before != nil {
+						c.before(p, op)
+					}
+					reset = append(reset, p.ResetTimeout(op, time.Hour))
+					completedAtReset = append(completedAtReset, op.IsCompleted())
+					if c.after != nil {
+						c.after(p, op)
+					}
+				})
+				mustPark(t, p, op, "a")
+				mt.Advance(seamTimeout)
+				require.Len(t, reset, 1, "the expiry reached its swap once")
+				if !user {
+					// The entry fired: the reset loses, and the operation
+					// ends as it would have without it.
+					assert.False(t, reset[0], "a reset after the fire")
+					assert.True(t, op.IsCompleted())
+					assert.Equal(t, seamTimeout, op.Timeout())
+					if c.wantEnd == "expired at the new deadline" {
+						assert.True(t, op.IsExpired(), "the old deadline expires it")
+					}
+					mt.Advance(2 * time.Hour)
+					assert.Equal(t, int32(1), op.Completes.Load())
+					assert.Equal(t, 0, mt.Size())
 					return
 				}
-				if c.before != nil {
-					c.before(p, op)
+				if !reset[0] {
+					assert.True(t, completedAtReset[0], "a reset that reports false finds the operation completed")
 				}
-				reset = append(reset, p.ResetTimeout(op, time.Hour))
-				completedAtReset = append(completedAtReset, op.IsCompleted())
-				if c.after != nil {
-					c.after(p, op)
+				switch c.wantEnd {
+				case "expired at the new deadline":
+					assert.True(t, reset[0])
+					assert.False(t, op.IsCompleted(), "the old deadline expired it after a reset that won")
+					assert.Equal(t, time.Hour, op.Timeout())
+					mt.Advance(time.Hour - time.Millisecond)
+					assert.False(t, op.IsCompleted(), "expired early")
+					mt.Advance(time.Millisecond)
+					assert.True(t, op.IsExpired())
+				case "early":
+					assert.True(t, op.IsCompleted())
+					assert.False(t, op.IsExpired())
+					assert.Equal(t, uint64(1), p.Stats().CompletedEarly)
+				case "for_key":
+					assert.ErrorIs(t, op.Cause(), errMoved)
+					assert.Equal(t, uint64(1), p.Stats().CompletedForKey)
 				}
+				if !reset[0] {
+					assert.Equal(t, seamTimeout, op.Timeout(), "a reset that lost moved the timeout")
+				}
+				mt.Advance(2 * time.Hour)
+				assert.Equal(t, int32(1), op.Completes.Load())
+				assert.Equal(t, 0, mt.Size())
 			})
-			mustPark(t, p, op, "a")
-			mt.Advance(seamTimeout)
-			require.Len(t, reset, 1, "the expiry reached its swap once")
-			if !reset[0] {
-				assert.True(t, completedAtReset[0], "a reset that reports false finds the operation completed")
-			}
-			switch c.wantEnd {
-			case "expired at the new deadline":
-				assert.True(t, reset[0])
-				assert.False(t, op.IsCompleted(), "the old deadline expired it after a reset that won")
-				assert.Equal(t, time.Hour, op.Timeout())
-				mt.Advance(time.Hour - time.Millisecond)
-				assert.False(t, op.IsCompleted(), "expired early")
-				mt.Advance(time.Millisecond)
-				assert.True(t, op.IsExpired())
-			case "early":
-				assert.True(t, op.IsCompleted())
-				assert.False(t, op.IsExpired())
-				assert.Equal(t, uint64(1), p.Stats().CompletedEarly)
-			case "for_key":
-				assert.ErrorIs(t, op.Cause(), errMoved)
-				assert.Equal(t, uint64(1), p.Stats().CompletedForKey)
-			}
-			if !reset[0] {
-				assert.Equal(t, seamTimeout, op.Timeout(), "a reset that lost moved the timeout")
-			}
-			mt.Advance(2 * time.Hour)
-			assert.Equal(t, int32(1), op.Completes.Load())
-			assert.Equal(t, 0, mt.Size())
-		})
+		}
 	}
 }
 

@@ -25,12 +25,16 @@ import (
 // call Advance or AdvanceClock of its own timer.
 type MockTimer struct {
 	m *core.Mock
+	engine
 }
 
 var _ Timer = (*MockTimer)(nil)
 
 // NewMockTimer returns a MockTimer whose clock starts at zero.
-func NewMockTimer() *MockTimer { return &MockTimer{core.NewMock()} }
+func NewMockTimer() *MockTimer {
+	m := core.NewMock()
+	return &MockTimer{m: m, engine: core.LinkTo(m.Timer)}
+}
 
 // Now returns the timer's current time.
 func (m *MockTimer) Now() time.Duration { return m.m.Clock.Now() }

@@ -1,6 +1,7 @@
 package timer
 
 import (
+	"github.com/purgatory-go/purgatory/internal/core"
 	"sync"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 // timer. Close stops the goroutine (waking it at once when the timer is one of
 // this package's), waits for it, then closes the wrapped timer.
 type Reaper struct {
+	engine    // t's, if t is a timer of this package
 	name      string
 	t         Timer
 	done      chan struct{}
@@ -30,6 +32,7 @@ func NewReaper(name string, t Timer) *Reaper {
 		panic("timer: NewReaper called with a nil Timer")
 	}
 	r := &Reaper{
+		engine:  core.LinkOf(t),
 		name:    name,
 		t:       t,
 		done:    make(chan struct{}),

@@ -59,7 +59,12 @@ type waker interface{ wake() }
 // timer lock, so a task may Add itself or others again.
 type SystemTimer struct {
 	c *core.Timer
+	engine
 }
+
+// engine ties a timer of this package to its engine (core.TimerOf); it
+// promotes no method a user can see.
+type engine = core.Link
 
 var _ Timer = (*SystemTimer)(nil)
 
@@ -74,7 +79,8 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &SystemTimer{c: core.New(c.core(name))}, nil
+	t := core.New(c.core(name))
+	return &SystemTimer{c: t, engine: core.LinkTo(t)}, nil
 }
 
 // Now implements [Timer]: it reads the timer's clock (WithClock, by

@@ -24,11 +24,20 @@ func NewMock() *Mock {
 
 // Advance moves the clock forward by d and runs every task that is due, in
 // deadline order. It returns how many tasks ran.
+//
+// The clock moves inside the first turn, under the timer's write lock:
+// an Add or a Reschedule comes wholly before the move (its deadline
+// measured on the old clock, and due now if it is due at the new one) or
+// wholly after the turn that handles what the move made due.
 func (m *Mock) Advance(d time.Duration) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.Clock.Advance(d)
-	return m.runDue()
+	before, _ := m.Counts()
+	m.turn(func() { m.Clock.Advance(d) })
+	for m.AdvanceDue() {
+	}
+	after, _ := m.Counts()
+	return int(after - before)
 }
 
 // AdvanceClock waits up to timeout, on the mock clock, for a task to be

@@ -214,9 +214,21 @@ func (t *Timer) Add(task Sealed) error {
 	if t.hooks != nil && t.hooks.clockRead != nil {
 		t.hooks.clockRead()
 	}
+	t.file(task, e, now)
+	e.UnlockAdd()
+	mu.RUnlock()
+	if t.queue.late(now) {
+		t.queue.nudge(now) // the expiries are late: give way to them
+	}
+	return nil
+}
+
+// file measures e's deadline from now and its delay, takes it out of the
+// bucket that holds it (a pending task moves), and files it where the
+// deadline says. The caller holds the add-lock (nobody else links e until
+// the wheel does) and a read lock of the timer.
+func (t *Timer) file(task Sealed, e *Entry, now int64) {
 	e.Expire = Deadline(int64(e.LoadDelay()), now)
-	// A pending task moves: take it out of its old bucket. Holding the
-	// add-lock, nobody else links it until the wheel does.
 	e.Unlink()
 	switch ref, tick := task.mustEmbedTaskBaseRef(), t.tickOf(e.Expire); {
 	case e.Expire <= now:
@@ -230,12 +242,59 @@ func (t *Timer) Add(task Sealed) error {
 			t.wheel.addDue(e)
 		}
 	}
+}
+
+// Guard says whether an entry may still be rescheduled, asked under its
+// add-lock: an operation's lifecycle, which answers false once the
+// operation has completed or been cancelled.
+type Guard interface{ Reschedulable() bool }
+
+// Reschedule gives the pending task whose entry task holds the delay
+// delay, measured from one reading of the clock, and moves it there, in
+// one step: under a read lock of the timer (so that no turn comes between
+// taking it out of its bucket and filing it anew) and its add-lock, which
+// an expiry's decision also holds. It reports false, changing nothing, if
+// the timer is closed, if g says no, or if the entry has fired (its run is
+// under way and decides: a reset that came too late). An entry never
+// added is added (the reset of an operation whose park has not added its
+// timeout yet; the park then stands aside: Touched).
+func (t *Timer) Reschedule(task Sealed, delay time.Duration, g Guard) bool {
+	if t.shut.Load() {
+		return false
+	}
+	e := task.mustEmbedTaskBase()
+	if e == nil {
+		return false // an operation's handle, cleared: it has completed
+	}
+	mu := t.mu.stripe(e)
+	mu.RLock()
+	if t.closed {
+		mu.RUnlock()
+		return false
+	}
+	e.HoldAdd()
+	w := e.State.Load()
+	fired := w&stateMask == stateIdle && w&touched != 0
+	if fired || w&stateMask == stateCancelled || !g.Reschedulable() {
+		e.UnlockAdd()
+		mu.RUnlock()
+		return false
+	}
+	if e.Owner == nil {
+		e.Owner = task
+	}
+	atomic.StoreInt64(&e.Delay, int64(delay))
+	for !e.State.CompareAndSwap(w, w&^stateMask|statePending|touched) {
+		w = e.State.Load()
+	}
+	now := int64(t.now())
+	t.file(task, e, now)
 	e.UnlockAdd()
 	mu.RUnlock()
 	if t.queue.late(now) {
-		t.queue.nudge(now) // the expiries are late: give way to them
+		t.queue.nudge(now)
 	}
-	return nil
+	return true
 }
 
 // AdvanceClock waits up to timeout for the earliest bucket to be due, then
@@ -251,7 +310,7 @@ func (t *Timer) AdvanceClock(timeout time.Duration) bool {
 	defer t.queue.done()
 	if t.backlogLen.Load() > 0 {
 		t.queue.working(t.now())
-		return t.turn()
+		return t.turn(nil)
 	}
 	t.pollMu.Lock()
 	due := t.queue.wait(timeout)
@@ -259,13 +318,13 @@ func (t *Timer) AdvanceClock(timeout time.Duration) bool {
 	if !due {
 		return false
 	}
-	return t.turn()
+	return t.turn(nil)
 }
 
 // AdvanceDue does what is due now, and one chunk of moving down, without
 // waiting, and reports whether there was anything to do. A MockTimer
 // calls it until it reports false.
-func (t *Timer) AdvanceDue() bool { return t.turn() }
+func (t *Timer) AdvanceDue() bool { return t.turn(nil) }
 
 const (
 	// handOffEvery is how many expired tasks a flush collects before handing
@@ -303,11 +362,18 @@ const (
 // that read the clock after this turn, and is not due before it. Two
 // goroutines advancing one timer take turns, each seeing the other's
 // work whole.
-func (t *Timer) turn() bool {
+//
+// With move, the turn calls it first, under the write lock: a MockTimer
+// moves its clock there, so that the move and the handling of what it
+// made due are one step for every Add and Reschedule.
+func (t *Timer) turn(move func()) bool {
 	if t.hooks != nil && t.hooks.turning != nil {
 		t.hooks.turning()
 	}
 	t.mu.lock()
+	if move != nil {
+		move()
+	}
 	if t.closed {
 		t.mu.unlock()
 		return false

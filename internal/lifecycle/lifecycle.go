@@ -640,11 +640,12 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // (Lock), so two Parks of one operation cannot interleave.
 //
 // With deferred, Park finishes a park that DeferPark accepted: the Tracker,
-// the Handle and the Observer's state are in place, and Park only swaps
-// the deferral for the park; it fails if a ForceComplete completed the
-// operation since (the completion counted it). Otherwise it fails if the
-// operation is already parked, completed or cancelled, or a park of it is
-// deferred.
+// the Handle, the Observer's state and its place (Reserve) are in place,
+// and Park only swaps the deferral for the park; it fails if a
+// ForceComplete completed the operation since (the completion counted
+// it). Otherwise it refuses (Already) an operation that is parked,
+// completed or cancelled, or has a park deferred; then takes its place
+// (Reserve), or refuses (Full); and only then publishes the park.
 //
 // Park does not count the operation as pending: the caller does, with
 // Arrived, once its timeout is in the timer, so that a test that waits for
@@ -655,7 +656,7 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // The Tracker and the Handle are published before the compare-and-swap
 // that parks, so a ForceComplete racing with Park either completes an
 // unparked operation (Park then fails) or sees both.
-func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
+func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, Refusal) {
 	w := o.word()
 	if deferred {
 		h := o.h.Load()
@@ -664,10 +665,10 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 			s := w.Load()
 			if s&stDeferred == 0 {
 				h.ref.Set(nil)
-				return nil, false // completed: its completion counted it
+				return nil, Already // completed: its completion counted it
 			}
 			if w.CompareAndSwap(s, s&^stDeferred|stParked|uint32(watches)<<watchShift) {
-				return h, true
+				return h, Accepted
 			}
 		}
 	}
@@ -679,7 +680,10 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 		defer sl.pmu.Unlock()
 	}
 	if w.Load()&unparkable != 0 {
-		return nil, false
+		return nil, Already
+	}
+	if !t.Reserve() {
+		return nil, Full
 	}
 	h, x := o.publish(t, now, watches)
 	h.ref.Set(o.entry())
@@ -693,17 +697,31 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bo
 			// lock, and nothing else completes an operation that is not
 			// parked).
 			h.ref.Set(nil)
+			t.release()
 			o.abandon(t, x, now)
 			if s&stFat == 0 {
 				o.h.Store(nil) // the completed operation keeps nothing of the purgatory's
 			}
-			return nil, false
+			return nil, Already
 		}
 		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
-			return h, true
+			return h, Accepted
 		}
 	}
 }
+
+// Refusal is what Park and DeferPark answer.
+type Refusal uint8
+
+const (
+	// Accepted: parked, or the deferred park accepted.
+	Accepted Refusal = iota
+	// Already: the operation is parked, completed or cancelled, or a park
+	// of it is deferred (ErrAlreadyWatched).
+	Already
+	// Full: MaxPending operations are pending (ErrFull).
+	Full
+)
 
 // publish gives the operation its Handle and its Tracker, and tells the
 // Observer of the park, before the swap that parks it or accepts its
@@ -864,4 +882,34 @@ func Reset(o *Op, d time.Duration) bool {
 	e.RescheduleHeld(min(d, MaxTimeout))
 	e.UnlockAdd() // no longer pending: takes it out of its bucket
 	return true
+}
+
+// ResetIn gives a parked operation the timeout d in one step of c, the
+// engine of the timer of package timer that holds its timeout: the old
+// deadline is taken out and the new one, measured from one reading of
+// c's clock, filed, with no turn of c in between (core.Timer.Reschedule),
+// so that a reset is one point in time. It reports false, changing
+// nothing, if the operation is not pending, or if its old deadline has
+// fired already: the expiry under way then decides, and completes it
+// unless another completion comes first. ResetIn of an operation whose
+// park has not yet added its timeout adds it; the park then stands aside
+// (Rescheduled).
+func ResetIn(o *Op, c *core.Timer, d time.Duration) bool {
+	if o.word().Load()&(stParked|stCompleted) != stParked {
+		return false
+	}
+	h := Task(o)
+	if h == nil {
+		return false
+	}
+	return c.Reschedule(h, min(d, MaxTimeout), (*resetGuard)(o))
+}
+
+// resetGuard is an Op seen as a core.Guard: it may be rescheduled while it
+// is parked and has not completed. Converting an *Op to it allocates
+// nothing.
+type resetGuard Op
+
+func (g *resetGuard) Reschedulable() bool {
+	return (*Op)(g).word().Load()&(stParked|stCompleted) == stParked
 }

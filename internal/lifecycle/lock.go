@@ -184,12 +184,13 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // the operation half parked. Call it only for an operation whose
 // LockForPark reported false.
 //
-// It reports false, accepting nothing, if the operation cannot be parked:
-// it is parked, completed or cancelled, or another park of it is deferred
-// already. Otherwise the park is accepted at once, as Park would accept
-// it: the Tracker and Handle are published and the Observer is told of
-// the park (now and watches as for Park), then the state records the
-// deferral (stDeferred). A ForceComplete from then until the park runs
+// It refuses, accepting nothing, an operation that cannot be parked (it
+// is parked, completed or cancelled, or another park of it is deferred
+// already: Already), and one for which there is no place (Reserve: Full).
+// Otherwise the park is accepted at once, as Park would accept it: the
+// Tracker and Handle are published and the Observer is told of the park
+// (now and watches as for Park), then the state records the deferral
+// (stDeferred). A ForceComplete from then until the park runs
 // completes the operation as an early completion of an accepted park: it
 // counts it, gives back its place (Reserve) and tells the Observer, before
 // OnComplete; the park then finds the deferral gone and does nothing. The
@@ -200,13 +201,17 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // SharedLock (its holder's, which made this one defer): whichever comes
 // second sees the other's work and refuses the operation without telling
 // the Observer.
-func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) bool {
+func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) Refusal {
 	sl := o.sharedLock()
 	w := o.word()
 	sl.pmu.Lock()
 	if w.Load()&unparkable != 0 {
 		sl.pmu.Unlock()
-		return false
+		return Already
+	}
+	if !t.Reserve() {
+		sl.pmu.Unlock()
+		return Full
 	}
 	_, x := o.publish(t, now, watches)
 	for {
@@ -215,8 +220,9 @@ func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) bool {
 			// A ForceComplete (nothing else acts on an operation that is
 			// not parked): refused, as Park refuses it.
 			sl.pmu.Unlock()
+			t.release()
 			o.abandon(t, x, now)
-			return false
+			return Already
 		}
 		if w.CompareAndSwap(s, s|stDeferred) {
 			break
@@ -229,7 +235,7 @@ func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) bool {
 	if sl.mu.TryLock() {
 		sl.Unlock()
 	}
-	return true
+	return Accepted
 }
 
 // UnlockAfterPark releases the lock taken by LockForPark and makes any

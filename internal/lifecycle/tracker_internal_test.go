@@ -118,9 +118,9 @@ func TestLiveAcrossWrappedSums(t *testing.T) {
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
-	h, ok := Park(o, t, now, watches, deferred)
-	if ok {
+	h, r := Park(o, t, now, watches, deferred)
+	if r == Accepted {
 		Arrived(o, t, watches)
 	}
-	return h, ok
+	return h, r == Accepted
 }

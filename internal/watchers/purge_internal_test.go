@@ -19,11 +19,9 @@ func parkOp(t *testing.T, n int) (*optest.Op, *lifecycle.Handle) {
 	t.Helper()
 	o := optest.New(time.Hour)
 	lo := lifecycle.Of(o)
-	h, ok := lifecycle.Park(lo, &purgeTracker, 0, n, false)
-	if ok {
-		lifecycle.Arrived(lo, &purgeTracker, n)
-	}
-	require.True(t, ok)
+	h, r := lifecycle.Park(lo, &purgeTracker, 0, n, false)
+	require.Equal(t, lifecycle.Accepted, r)
+	lifecycle.Arrived(lo, &purgeTracker, n)
 	return o, h
 }
 

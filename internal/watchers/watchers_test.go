@@ -330,9 +330,9 @@ func TestWatchReportsChecksSinceMark(t *testing.T) {
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {
-	h, ok := lifecycle.Park(o, t, now, watches, deferred)
-	if ok {
+	h, r := lifecycle.Park(o, t, now, watches, deferred)
+	if r == lifecycle.Accepted {
 		lifecycle.Arrived(o, t, watches)
 	}
-	return h, ok
+	return h, r == lifecycle.Accepted
 }
