@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean lincheck
+.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean lincheck
 
 all: lint build test
 
@@ -42,6 +42,15 @@ LINCHECK_DURATION ?= 2m
 LINCHECK_RUN      ?= .
 lincheck: deps
 	cd lincheck && $(GO) test -run '$(LINCHECK_RUN)' -count=1 -timeout 60m -v . -args -lincheck.duration=$(LINCHECK_DURATION)
+
+# icount: the instructions per iteration of each hot path's benchmark,
+# counted by valgrind, against icount.txt; fails when a path counts more
+# than 3% above its row (scripts/icount.sh; icount-write rewrites the rows).
+icount: deps
+	bash scripts/icount.sh
+
+icount-write: deps
+	bash scripts/icount.sh -write
 
 # lint: formatting, vet, go.mod drift, and staticcheck (fetched through the
 # module proxy with go run, so nothing is installed by hand).
