@@ -34,6 +34,17 @@ func newChunk(n int) []*lifecycle.Handle { return make([]*lifecycle.Handle, 0, n
 
 // push appends h. The caller holds the shard's lock.
 func (l *list[K]) push(h *lifecycle.Handle) {
+	if l.more == nil {
+		if l.one == nil {
+			l.one = h
+			return
+		}
+		l.grow()
+	}
+	l.more.push(h)
+}
+
+func (l *entries) push(h *lifecycle.Handle) {
 	l.chunks.Push(h)
 	l.n++
 }

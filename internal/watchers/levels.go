@@ -32,7 +32,7 @@ type levelled struct {
 
 // pushLevel inserts h at level, after any entries at the same level. The
 // caller holds the shard's lock.
-func (l *list[K]) pushLevel(level int64, h *lifecycle.Handle) {
+func (l *entries) pushLevel(level int64, h *lifecycle.Handle) {
 	e := levelled{level, h}
 	lv, head, n := l.lv, l.lvHead, len(l.lv)
 	if n == head || lv[n-1].level <= level {
@@ -55,7 +55,7 @@ func (l *list[K]) pushLevel(level int64, h *lifecycle.Handle) {
 
 // dueLocked returns the end of the prefix of entries at levels up to
 // level. The caller holds the shard's lock.
-func (l *list[K]) dueLocked(level int64) int {
+func (l *entries) dueLocked(level int64) int {
 	head := l.lvHead
 	return head + sort.Search(len(l.lv)-head, func(i int) bool { return l.lv[head+i].level > level })
 }
@@ -64,7 +64,7 @@ func (l *list[K]) dueLocked(level int64) int {
 // level, keeping the live ones in order at the front, and calls live for
 // each of those. It returns how many entries it dropped. The caller holds
 // the shard's lock.
-func (l *list[K]) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
+func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 	end := l.dueLocked(level)
 	lv := l.lv
 	w := end // live entries are packed down to lv[w:end]
@@ -90,7 +90,7 @@ func (l *list[K]) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 
 // compactLevelsLocked drops every tombstone among the levelled entries,
 // calls live for each live one, and returns how many it dropped.
-func (l *list[K]) compactLevelsLocked(live func(*lifecycle.Op)) int {
+func (l *entries) compactLevelsLocked(live func(*lifecycle.Op)) int {
 	lv := l.lv
 	w := l.lvHead
 	for r := l.lvHead; r < len(lv); r++ {
@@ -114,7 +114,7 @@ func (l *list[K]) compactLevelsLocked(live func(*lifecycle.Op)) int {
 // shrinkLevelsLocked moves the live entries down to the start once the
 // cleared prefix is at least half the slice, and lets a slice that has
 // emptied go if it grew large.
-func (l *list[K]) shrinkLevelsLocked() {
+func (l *entries) shrinkLevelsLocked() {
 	n := len(l.lv) - l.lvHead
 	switch {
 	case n == 0 && cap(l.lv) > 64:

@@ -118,6 +118,17 @@ func (w *Watchers[K]) nextShardLocked(ps *purgeRound[K]) bool {
 // dropped, how many it visited, and whether it reached the end of l. The
 // caller holds the shard's lock.
 func (l *list[K]) purgeSliceLocked(chunk, level *int, budget int) (dropped, visited int, done bool) {
+	if l.more != nil {
+		return l.more.purgeSliceLocked(chunk, level, budget)
+	}
+	if l.one != nil && !l.one.Live() {
+		l.one = nil
+		return 1, 1, true
+	}
+	return 0, 1, true
+}
+
+func (l *entries) purgeSliceLocked(chunk, level *int, budget int) (dropped, visited int, done bool) {
 	if *chunk < len(l.chunks) {
 		// At least two chunks: a slice that starts in a part-full chunk must
 		// also read the next one to get anywhere.

@@ -38,32 +38,38 @@ func checkLists(t *testing.T, w *Watchers[string]) map[string][]*lifecycle.Handl
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
 				require.False(t, l.gone, "a list in the map is marked gone")
+				if l.more == nil {
+					l.each(func(h *lifecycle.Handle) { got[l.key] = append(got[l.key], h) })
+					total += l.size()
+					continue
+				}
+				m := l.more
 				n, partial := 0, 0
-				for j, c := range l.chunks {
+				for j, c := range m.chunks {
 					n += len(c)
 					for _, h := range c[len(c):cap(c)] {
 						require.Nil(t, h, "key %q chunk %d keeps an entry past its length", l.key, j)
 					}
-					if j < len(l.chunks)-1 {
-						require.NotEmpty(t, c, "key %q: an empty chunk %d of %d", l.key, j, len(l.chunks))
+					if j < len(m.chunks)-1 {
+						require.NotEmpty(t, c, "key %q: an empty chunk %d of %d", l.key, j, len(m.chunks))
 						if len(c) < cap(c) {
 							partial++
 						}
 					}
 				}
-				require.Equal(t, l.n, n, "key %q: n", l.key)
+				require.Equal(t, m.n, n, "key %q: n", l.key)
 				require.LessOrEqual(t, partial, 1, "key %q: partial chunks before the last", l.key)
-				for _, e := range l.lv[:l.lvHead] {
+				for _, e := range m.lv[:m.lvHead] {
 					require.Nil(t, e.h, "key %q: an entry before lvHead", l.key)
 				}
-				for _, e := range l.lv[len(l.lv):cap(l.lv)] {
+				for _, e := range m.lv[len(m.lv):cap(m.lv)] {
 					require.Nil(t, e.h, "key %q: an entry past the levels' length", l.key)
 				}
-				require.True(t, slices.IsSortedFunc(l.lv[l.lvHead:], func(a, b levelled) int {
+				require.True(t, slices.IsSortedFunc(m.lv[m.lvHead:], func(a, b levelled) int {
 					return int(a.level - b.level)
 				}), "key %q: levels out of order", l.key)
 				l.each(func(h *lifecycle.Handle) { got[l.key] = append(got[l.key], h) })
-				total += l.n + len(l.lv) - l.lvHead
+				total += l.size()
 			}
 		}
 		sh.mu.Unlock()
@@ -225,7 +231,7 @@ func TestPurgeSliceLeavesARemovedListAlone(t *testing.T) {
 	l := w.purge.cur
 	got := w.Remove("x")
 	require.Len(t, got, 1500)
-	before := slices.Clone(l.chunks)
+	before := slices.Clone(l.more.chunks)
 	for i := range before {
 		before[i] = slices.Clone(before[i])
 	}
@@ -233,7 +239,7 @@ func TestPurgeSliceLeavesARemovedListAlone(t *testing.T) {
 		ops[i].ForceComplete() // tombstones a step would drop, were it to look
 	}
 	endRound(t, w, 1000, nil)
-	require.Equal(t, before, l.chunks, "the removed list was changed")
+	require.Equal(t, before, l.more.chunks, "the removed list was changed")
 }
 
 // A round in small steps over a long list leaves it as packed as a purge
@@ -247,7 +253,7 @@ func TestPurgeSliceKeepsSlackBounded(t *testing.T) {
 	hs := checkLists(t, w)["x"]
 	require.Len(t, live(hs), len(hs), "tombstones left")
 	require.Len(t, hs, 1667)
-	chunks := w.shards[0].lists[maphashOf(w, "x")].chunks
+	chunks := w.shards[0].lists[maphashOf(w, "x")].more.chunks
 	slots := 0
 	for _, c := range chunks {
 		slots += cap(c)

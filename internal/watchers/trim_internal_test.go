@@ -10,10 +10,13 @@ import (
 // keeps reports the room an empty list keeps: plain entries in its
 // chunks, chunks its slice of them has room for, and levelled entries.
 func keeps[K comparable](l *list[K]) (entries, chunks, levels int) {
-	for _, c := range l.chunks {
+	if l.more == nil {
+		return 1, 0, 0
+	}
+	for _, c := range l.more.chunks {
 		entries += cap(c)
 	}
-	return entries, cap(l.chunks), cap(l.lv)
+	return entries, cap(l.more.chunks), cap(l.more.lv)
 }
 
 // A list that empties keeps room for a few entries, whatever it grew to
