@@ -96,11 +96,12 @@ func TestKeysPrint(t *testing.T) {
 	assert.Equal(t, "g-m", operation.MemberKey{GroupID: "g", MemberID: "m"}.String())
 }
 
-// Base is 80 bytes, a size class of the allocator's: the timer entry
-// (TaskBase's 64 bytes, whose state word holds the operation's lock), the
-// expiry target and the Handle pointer.
-func TestBaseIs80Bytes(t *testing.T) {
-	assert.Equal(t, uintptr(80), unsafe.Sizeof(operation.Base{}))
+// Base is 64 bytes, a size class of the allocator's: the timer entry (56
+// bytes: the state words, one of which holds the operation's lock, the
+// deadline, the delay, the owner, the handle and the current slot) and
+// the meta pointer.
+func TestBaseIs64Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(operation.Base{}))
 }
 
 // causeOp is an operation written as the docs say: it embeds Base,

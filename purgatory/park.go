@@ -119,19 +119,20 @@ func (p *Purgatory[K, T]) deferPark(o *lifecycle.Op, keys []K, levels []int64) (
 // park refused with ErrAlreadyWatched never holds one.
 //
 // Everything happens under the lock: the park, the first TryComplete, the
-// watches, the last TryComplete and the timeout's Add. The Add is last,
-// and the operation counts as pending (NumDelayed) only once it is done:
-// a test that waits for NumDelayed and then advances a MockTimer finds
-// the timeout in the timer, its deadline measured at the park. An Add
-// never runs the expiry itself (timer.Timer), and an expiry run by
-// whoever advances the timer waits for the lock, so the Add is safe here.
+// timeout's Add, the watches and the last TryComplete. The operation
+// counts as pending (NumDelayed) only once all of it is done: a test that
+// waits for NumDelayed and then advances a MockTimer finds the timeout in
+// the timer, its deadline measured at the park. The timeout is added
+// before the watches because on a timer of package timer its slot is the
+// Handle they hold. An Add never runs the expiry itself (timer.Timer),
+// and an expiry run by whoever advances the timer waits for the lock, so
+// the Add is safe here.
 func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferred bool) (done bool, err error) {
 	var now int64
 	if p.obs != nil && !deferred {
 		now = p.now()
 	}
-	h, r := lifecycle.Park(o, &p.tracker, now, len(keys), deferred)
-	if r != lifecycle.Accepted {
+	if r := lifecycle.Park(o, &p.tracker, now, len(keys), deferred); r != lifecycle.Accepted {
 		return false, p.refusal(o, len(keys), r)
 	}
 	defer lifecycle.Arrived(o, &p.tracker, len(keys))
@@ -146,51 +147,38 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferr
 		return true, nil
 	}
 	p.at(stepTried)
+	h := p.addTimeout(o)
 	missed := false
-	// Park counted the entries. A ForceComplete since (it takes no lock)
-	// has uncounted them, and they would be tombstones: push none.
-	if !lifecycle.IsCompleted(o) {
+	// Park counted the entries. A completion since (a ForceComplete takes
+	// no lock; a closed timer expires it) has uncounted them, and they
+	// would be tombstones: push none.
+	if h != nil && !lifecycle.IsCompleted(o) {
 		missed = p.watchers.Watch(h, keys, levels, &marks)
 	}
 	p.at(stepWatched)
 	if lifecycle.LastTryLocked(o, missed) {
 		return true, nil
 	}
-	p.addTimeout(o)
+	if p.closed.Load() && !p.leavePending {
+		// Shutdown may have collected the pending operations before op was
+		// watched: expire it now rather than leave it.
+		lifecycle.ExpireLocked(o, lifecycle.Shutdown)
+	}
 	p.at(stepTimed)
 	return false, nil
 }
 
-// addTimeout adds the timeout of o, which its park holds the lock of. If
-// the timer refused it (it is closed: Shutdown is under way), or Shutdown
-// may have collected the pending operations before o was watched, o is
+// addTimeout adds the timeout of o, which its park holds the lock of, and
+// returns o's Handle for its watch lists (nil if o has left meanwhile).
+// If the timer refused it (it is closed: Shutdown is under way), o is
 // expired now rather than left without a timeout, unless
-// WithLeavePendingOnShutdown asks for pending operations to be left. If a
-// completion ran before the Add, its cancel found nothing to take out, and
-// the entry is taken out here (as Kafka re-checks after adding).
-//
-// A ResetTimeout since the park (another goroutine's: the operation is
-// pending from the park's swap on) has added the timeout itself, with the
-// deadline its own Add measured: adding it again here would measure the
-// deadline anew, later than the one the reset reported. So the timeout is
-// added only if nothing has touched the operation's entry since the park.
-func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) {
-	if p.timer != nil && !lifecycle.IsCompleted(o) && !lifecycle.Rescheduled(o) {
-		task := lifecycle.Task(o)
-		if task == nil {
-			return // completed meanwhile, and let go of its Handle
-		}
-		if p.timer.Add(task) != nil {
-			if !p.leavePending {
-				lifecycle.ExpireLocked(o, lifecycle.Shutdown)
-			}
-			return
-		}
-		lifecycle.CancelTimerIfDone(o)
-	}
-	if p.closed.Load() && !p.leavePending {
+// WithLeavePendingOnShutdown asks for pending operations to be left.
+func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) *lifecycle.Handle {
+	h, err := lifecycle.AddTimeout(o, p.core, p.timer)
+	if err != nil && !p.leavePending {
 		lifecycle.ExpireLocked(o, lifecycle.Shutdown)
 	}
+	return h
 }
 
 // CancelForKey stops watching key and returns the pending operations that
@@ -288,7 +276,6 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 			return false
 		}
 		p.at(stepReset)
-		lifecycle.CancelTimerIfDone(o)
 		return true
 	}
 	if !lifecycle.Reset(o, timeout) {
@@ -302,7 +289,12 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 	// with every other pending operation, as it finds them on the watch
 	// lists once the timer is closed.
 	task := lifecycle.Task(o)
-	if task == nil || p.timer.Add(task) != nil {
+	if task == nil {
+		// Completed since the reset, and let go of its Handle: the reset
+		// stood, unless Shutdown completed it.
+		return !p.closed.Load()
+	}
+	if p.timer.Add(task) != nil {
 		return false
 	}
 	lifecycle.CancelTimerIfDone(o)

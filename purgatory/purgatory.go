@@ -168,6 +168,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		p.timer = st
 	}
 	p.core = core.TimerOf(p.timer)
+	p.tracker.Core = p.core
 	if p.timer != nil {
 		p.now = func() int64 { return int64(p.timer.Now()) }
 	} else {

@@ -65,9 +65,9 @@ var competitors = []seamCompetitor{
 	{
 		name: "expiry",
 		act: func(s *seam) {
-			// The timer firing the operation's entry now, as an expiry
-			// already handed over would.
-			lifecycle.Task(lifecycle.Of(s.op)).Run()
+			// An expiry already handed over, as a Timer of the user's
+			// own runs it: the timer's entry need not say it fired.
+			lifecycle.Expire(lifecycle.Of(s.op), lifecycle.Expired)
 		},
 		outcome: func(purgatory.Step) string { return "expired" },
 	},
@@ -75,7 +75,7 @@ var competitors = []seamCompetitor{
 		name: "CancelForKey",
 		act:  func(s *seam) { s.got = s.p.CancelForKey(seamKeys[0]) },
 		outcome: func(step purgatory.Step) string {
-			if step < purgatory.StepBetweenKeys {
+			if order(step) < purgatory.StepBetweenKeys {
 				return "pending" // not watched on the key yet: nothing to cancel
 			}
 			return "cancelled"
@@ -95,7 +95,7 @@ var competitors = []seamCompetitor{
 		name: "CompleteForKey",
 		act:  func(s *seam) { s.p.CompleteForKey(seamKeys[0], errMoved) },
 		outcome: func(step purgatory.Step) string {
-			if step < purgatory.StepBetweenKeys {
+			if order(step) < purgatory.StepBetweenKeys {
 				return "pending" // not watched on the key yet: nothing to complete
 			}
 			return "for_key"
@@ -124,8 +124,17 @@ const (
 )
 
 // stepInAdd is one more point, inside the timer's Add, before the entry is
-// linked: a wrapping Timer reaches it.
-const stepInAdd = purgatory.Step(100)
+// linked: a wrapping Timer reaches it. The timeout is added after the
+// first TryComplete and before the watches (its slot is their Handle).
+const stepInAdd = purgatory.Step(200)
+
+// order places stepInAdd among the steps: right after StepTried.
+func order(s purgatory.Step) purgatory.Step {
+	if s == stepInAdd {
+		return purgatory.StepTried
+	}
+	return s
+}
 
 // addHookTimer runs hook at the start of every Add, then adds to the
 // MockTimer it wraps.
@@ -265,7 +274,7 @@ func runSeam(t *testing.T, step purgatory.Step, c seamCompetitor, wrapped bool, 
 	// The call reports true only when its own last TryComplete completed
 	// the operation: a check leaves a note while the lock is held, and the
 	// last TryComplete, which sees Ready, does it.
-	wantDone := c.name == "CheckAndComplete" && step <= purgatory.StepWatched
+	wantDone := c.name == "CheckAndComplete" && order(step) <= purgatory.StepWatched
 	assert.Equal(t, wantDone, done, "TryCompleteElseWatch's result")
 
 	var stats purgatory.Stats

@@ -32,8 +32,9 @@ var _ Timer = (*MockTimer)(nil)
 
 // NewMockTimer returns a MockTimer whose clock starts at zero.
 func NewMockTimer() *MockTimer {
-	m := core.NewMock()
-	return &MockTimer{m: m, engine: core.LinkTo(m.Timer)}
+	mt := &MockTimer{m: core.NewMock()}
+	mt.engine = core.LinkTo(mt, mt.m.Timer)
+	return mt
 }
 
 // Now returns the timer's current time.

@@ -32,12 +32,12 @@ func NewReaper(name string, t Timer) *Reaper {
 		panic("timer: NewReaper called with a nil Timer")
 	}
 	r := &Reaper{
-		engine:  core.LinkOf(t),
 		name:    name,
 		t:       t,
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	r.engine = core.LinkOf(r, t)
 	go r.loop()
 	return r
 }

@@ -79,8 +79,9 @@ func NewSystemTimer(name string, opts ...Option) (*SystemTimer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	t := core.New(c.core(name))
-	return &SystemTimer{c: t, engine: core.LinkTo(t)}, nil
+	st := &SystemTimer{c: core.New(c.core(name))}
+	st.engine = core.LinkTo(st, st.c)
+	return st, nil
 }
 
 // Now implements [Timer]: it reads the timer's clock (WithClock, by

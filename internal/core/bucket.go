@@ -61,10 +61,7 @@ func (b *bucket) init() {
 
 // stripeOf picks e's stripe by its address: hashing an address to spread
 // the lock, nothing more.
-func (b *bucket) stripeOf(e *Entry) *List {
-	// Entries are at least 64 bytes apart; drop the bits that never differ.
-	return &b.stripes[(uintptr(unsafe.Pointer(e))>>6)%bucketStripes]
-}
+func (b *bucket) stripeOf(e *Entry) *List { return &b.stripes[entryIndex(e)%bucketStripes] }
 
 // setExpiration records the bucket's expiration and reports whether it
 // changed: only then has the bucket been flushed and reused since it was last
@@ -126,12 +123,12 @@ func (b *bucket) flush(dst []*Entry) []*Entry {
 	return dst
 }
 
-// size is the number of linked entries. It takes each stripe's lock in
-// turn.
+// size is the number of linked entries and of pending entries at their
+// current slots. It takes each stripe's lock in turn.
 func (b *bucket) size() int64 {
 	var n int64
 	for i := range b.stripes {
-		n += b.stripes[i].Count()
+		n += b.stripes[i].Count() + b.stripes[i].countSlots()
 	}
 	return n
 }

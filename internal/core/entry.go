@@ -1,18 +1,17 @@
 // Package core is the timer's core, Kafka's timer in one package: the
 // entry and bucket list (TimerTaskEntry and TimerTaskList), the buckets,
-// the hierarchical wheels, the delay queue, the staging of far deadlines,
-// the executor, the clock and the engine that advances them (Timer, and
-// Mock for package timer's MockTimer). Package timer is a thin public
-// layer over it; the operation lifecycle uses it directly, its operations
-// being entries too. It imports neither.
+// the hierarchical wheels, the delay queue, the executor, the clock and
+// the engine that advances them (Timer, and Mock for package timer's
+// MockTimer). Package timer is a thin public layer over it; the operation
+// lifecycle uses it directly, its operations' timeouts being entries too.
+// It imports neither.
 //
-// A task holds its entry through Base, an operation through OpBase, whose
-// promoted methods are all unexported: a type that embeds either satisfies
-// Sealed, and so timer.Task's sealing, while none of the entry's fields or
-// methods is promoted to it, or to a user's type that embeds it in turn.
-// An OpBase also holds the operation's expiry target, which its owner sets
-// explicitly; the timer calls the target for the entry instead of running
-// it.
+// A timer holds two kinds of entry. A task's Entry (package timer's
+// TaskBase, through Base) is linked into its bucket's list, Kafka's way:
+// a Cancel unlinks it. An operation's OpEntry (through OpBase) has no
+// links: its bucket holds it in a Slot, one word of a chunk, which the
+// operation's completion clears (op.go). Base and OpBase promote only
+// unexported methods, so nothing of an entry reaches a user's type.
 //
 // # Ground rules
 //
@@ -23,7 +22,8 @@
 //     the List it is linked into, and list is set only by a goroutine that
 //     holds the entry's add-lock (LockAdd, TryLockAdd), so no two goroutines
 //     link one entry at once. list is read without a lock to find which
-//     List to lock, then read again under that lock.
+//     List to lock, then read again under that lock. An OpEntry's current
+//     Slot is likewise set only by the holder of its add-lock.
 //   - Expire is written by the holder of the add-lock (an Add). Delay is
 //     written with a plain store before the entry is shared, and afterwards
 //     only by Reschedule, atomically; read it with LoadDelay. Owner is
@@ -38,11 +38,18 @@ import (
 	"unsafe"
 )
 
+// flags is an entry's state word, which both kinds of entry (Entry,
+// OpEntry) have first: the timer's state (stateMask), the add-lock and
+// touched.
+type flags struct {
+	// State holds the timer's state (stateMask), addLock and touched.
+	State atomic.Uint32
+}
+
 // Entry is one task's place in a timer. The zero Entry has never been
 // added.
 type Entry struct {
-	// State holds the timer's state (stateMask) and addLock.
-	State atomic.Uint32
+	flags
 	// Aux is free for the entry's owner; the timer never reads or writes
 	// it.
 	Aux atomic.Uint32
@@ -96,7 +103,7 @@ const (
 )
 
 // Touched reports whether the entry has ever been added or rescheduled.
-func (e *Entry) Touched() bool { return e.State.Load()&touched != 0 }
+func (f *flags) Touched() bool { return f.State.Load()&touched != 0 }
 
 // LoadDelay reads Delay, which a Reschedule may be writing.
 func (e *Entry) LoadDelay() time.Duration { return time.Duration(atomic.LoadInt64(&e.Delay)) }
@@ -104,20 +111,20 @@ func (e *Entry) LoadDelay() time.Duration { return time.Duration(atomic.LoadInt6
 // IsFired reports whether the entry has fired since it was last added: it
 // is neither pending nor cancelled. (An entry never added reports true as
 // well; its owner knows it was added.)
-func (e *Entry) IsFired() bool { return e.State.Load()&stateMask == stateIdle }
+func (f *flags) IsFired() bool { return f.State.Load()&stateMask == stateIdle }
 
 // HoldAdd takes the add-lock whatever the entry's state, and changes
 // nothing else: an owner holds it to decide about a fired entry (expire
 // it, or move its deadline) while no Add, refile or other decision of the
 // same entry runs. Release it with UnlockAdd. It is held only across a
 // few instructions, never across a callback, so a wait for it is short.
-func (e *Entry) HoldAdd() {
+func (f *flags) HoldAdd() {
 	for {
-		w := e.State.Load()
-		if w&addLock == 0 && e.State.CompareAndSwap(w, w|addLock) {
+		w := f.State.Load()
+		if w&addLock == 0 && f.State.CompareAndSwap(w, w|addLock) {
 			return
 		}
-		WaitBit(&e.State, addLock, addWaiters)
+		WaitBit(&f.State, addLock, addWaiters)
 	}
 }
 
@@ -151,108 +158,23 @@ func Deadline(delay, now int64) int64 {
 	return now + delay
 }
 
-// Ref refers to an Entry until its owner clears it: a handle on a task
-// that does not keep the entry, or what embeds it, reachable once the
-// owner is done with it. A *Ref satisfies Sealed, so a type that embeds a
-// Ref can be added to a timer: Of returns the entry, or nil once cleared,
-// and a timer adds nothing for nil.
-type Ref struct{ e atomic.Pointer[Entry] }
-
-func (r *Ref) mustEmbedTaskBase() *Entry              { return r.e.Load() }
-func (r *Ref) mustEmbedTaskBaseRef() *Ref             { return r }
-func (r *Ref) mustEmbedTaskBaseOp() (*Entry, Expirer) { return nil, nil }
-
-// Set makes r refer to e.
-func (r *Ref) Set(e *Entry) { r.e.Store(e) }
-
-// Entry returns the entry r refers to, or nil once cleared.
-func (r *Ref) Entry() *Entry { return r.e.Load() }
-
 // Base holds an Entry for a type that embeds it. Embedding Base promotes
 // only its unexported sealing method, never the Entry's fields or methods.
 type Base struct{ e Entry }
 
-func (b *Base) mustEmbedTaskBase() *Entry              { return &b.e }
-func (b *Base) mustEmbedTaskBaseRef() *Ref             { return nil }
-func (b *Base) mustEmbedTaskBaseOp() (*Entry, Expirer) { return nil, nil }
+func (b *Base) mustEmbedTaskBase() *Entry    { return &b.e }
+func (b *Base) mustEmbedTaskBaseSlot() *Slot { return nil }
 
-// Sealed is implemented by every type that embeds a Base or an OpBase, and
-// by *Ref.
+// Sealed is implemented by every type that embeds a Base, and by *Slot
+// (an operation's handle, which the purgatory adds to a timer of the
+// user's own).
 type Sealed interface {
 	mustEmbedTaskBase() *Entry
-	mustEmbedTaskBaseRef() *Ref
-	mustEmbedTaskBaseOp() (*Entry, Expirer)
+	mustEmbedTaskBaseSlot() *Slot
 }
 
-// Expirer expires the entries of the operations that one owner parks (the
-// lifecycle's Tracker of one purgatory). The owner sets it on each
-// operation's OpBase before adding the entry to a timer, and the timer
-// calls ExpireEntry for the entry instead of running its Owner as a task.
-type Expirer interface{ ExpireEntry(e *Entry) }
-
-// Target is the constraint on an OpBase's target: a pointer to T that is
-// an Expirer.
-type Target[T any] interface {
-	*T
-	Expirer
-}
-
-// OpBase holds an operation's Entry and its expiry target, an Expirer of
-// type PT. Like Base, embedding it promotes only unexported methods, so
-// nothing of it reaches a user's type that embeds it in turn. The target
-// is a typed pointer, not an Expirer, so that it costs one word, and its
-// owner reads it back as its own type (TargetOf).
-type OpBase[T any, PT Target[T]] struct {
-	e      Entry
-	target PT
-}
-
-func (b *OpBase[T, PT]) mustEmbedTaskBase() *Entry  { return &b.e }
-func (b *OpBase[T, PT]) mustEmbedTaskBaseRef() *Ref { return nil }
-func (b *OpBase[T, PT]) mustEmbedTaskBaseOp() (*Entry, Expirer) {
-	if b.target == nil {
-		return &b.e, nil
-	}
-	return &b.e, b.target
-}
-
-// OpEntry returns b's Entry.
-func OpEntry[T any, PT Target[T]](b *OpBase[T, PT]) *Entry {
-	return &b.e
-}
-
-// SetTarget makes t the expiry target of b's entry. The owner calls it
-// before it adds the entry to a timer, and publishes it to other
-// goroutines the way it publishes the entry.
-func SetTarget[T any, PT Target[T]](b *OpBase[T, PT], t PT) {
-	b.target = t
-}
-
-// TargetOf returns the expiry target set on b, or nil.
-func TargetOf[T any, PT Target[T]](b *OpBase[T, PT]) PT {
-	return b.target
-}
-
-// ExpirerOf returns the expiry target of e if e is an operation's entry
-// with one set: e's Owner embeds the OpBase that holds e. Otherwise it
-// returns nil, and e's Owner is a task to run.
-func ExpirerOf(e *Entry) Expirer {
-	s, ok := e.Owner.(Sealed)
-	if !ok {
-		return nil
-	}
-	if oe, x := s.mustEmbedTaskBaseOp(); oe == e {
-		return x
-	}
-	return nil
-}
-
-// Of returns the Entry of s.
+// Of returns the Entry of s, or nil if s is an operation's Slot.
 func Of(s Sealed) *Entry { return s.mustEmbedTaskBase() }
-
-// RefOf returns the Ref that s is, or nil if s holds its Entry itself (a
-// Base).
-func RefOf(s Sealed) *Ref { return s.mustEmbedTaskBaseRef() }
 
 // EntryOf returns b's Entry.
 func EntryOf(b *Base) *Entry { return &b.e }
@@ -271,58 +193,49 @@ func EntryOf(b *Base) *Entry { return &b.e }
 // goroutine holds it, the swap leaves the lock alone, and that holder's
 // UnlockAdd, which unlinks an entry that is no longer pending, does it.
 func (e *Entry) Cancel() bool {
-	for {
-		w := e.State.Load()
-		st := w & stateMask
-		if st == stateCancelled {
-			return false
-		}
-		if w&addLock != 0 {
-			if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
-				return st == statePending
-			}
-			continue
-		}
-		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
-			if st == statePending {
-				e.Unlink()
-			}
-			e.releaseAdd()
-			return st == statePending
-		}
+	st, took, ok := e.cancelSwap()
+	if !ok {
+		return false
 	}
+	if took {
+		if st == statePending {
+			e.Unlink()
+		}
+		e.releaseAdd()
+	}
+	return st == statePending
 }
 
 // IsCancelled reports whether Cancel was called and no Add came after.
-func (e *Entry) IsCancelled() bool { return e.State.Load()&stateMask == stateCancelled }
+func (f *flags) IsCancelled() bool { return f.State.Load()&stateMask == stateCancelled }
 
 // IsPending reports whether the entry waits in a timer.
-func (e *Entry) IsPending() bool { return e.State.Load()&stateMask == statePending }
+func (f *flags) IsPending() bool { return f.State.Load()&stateMask == statePending }
 
 // Fire moves a pending entry to idle. Exactly one caller wins; that caller
 // runs the entry.
-func (e *Entry) Fire() bool {
+func (f *flags) Fire() bool {
 	for {
-		w := e.State.Load()
+		w := f.State.Load()
 		if w&stateMask != statePending {
 			return false
 		}
-		if e.State.CompareAndSwap(w, w&^stateMask|stateIdle) {
+		if f.State.CompareAndSwap(w, w&^stateMask|stateIdle) {
 			return true
 		}
 	}
 }
 
 // LockAdd takes the add-lock and marks the entry pending in one step.
-func (e *Entry) LockAdd() {
+func (f *flags) LockAdd() {
 	for {
-		w := e.State.Load()
-		if w&addLock == 0 && e.State.CompareAndSwap(w, w&^stateMask|statePending|addLock|touched) {
+		w := f.State.Load()
+		if w&addLock == 0 && f.State.CompareAndSwap(w, w&^stateMask|statePending|addLock|touched) {
 			return
 		}
 		// Another goroutine is adding the same entry, a reaper refiling
 		// it, or its owner deciding about it: a short wait.
-		WaitBit(&e.State, addLock, addWaiters)
+		WaitBit(&f.State, addLock, addWaiters)
 	}
 }
 
@@ -330,13 +243,13 @@ func (e *Entry) LockAdd() {
 // pending and nobody holds it. The reaper uses it to refile an entry it
 // took out of a List: false means the entry was cancelled meanwhile, or
 // that an Add of it to another timer holds the lock and will place it.
-func (e *Entry) TryLockAdd() bool {
+func (f *flags) TryLockAdd() bool {
 	for {
-		w := e.State.Load()
+		w := f.State.Load()
 		if w&addLock != 0 || w&stateMask != statePending {
 			return false
 		}
-		if e.State.CompareAndSwap(w, w|addLock) {
+		if f.State.CompareAndSwap(w, w|addLock) {
 			return true
 		}
 	}
@@ -354,27 +267,58 @@ func (e *Entry) TryLockAdd() bool {
 // unlink to the holder, so a Cancel between a plain look and the release
 // would leave a cancelled entry linked.
 func (e *Entry) UnlockAdd() {
-	for {
-		w := e.State.Load()
-		if w&stateMask != statePending {
-			// Nothing makes it pending again while the lock is held.
-			e.Unlink()
-			e.releaseAdd()
-			return
-		}
-		if e.State.CompareAndSwap(w, w&^(addLock|addWaiters)) {
-			if w&addWaiters != 0 {
-				WakeBit(&e.State)
-			}
-			return
-		}
+	if !e.releaseIfPending() {
+		// Nothing makes it pending again while the lock is held.
+		e.Unlink()
+		e.releaseAdd()
 	}
 }
 
 // releaseAdd lets go of the add-lock and wakes whoever waits for it.
-func (e *Entry) releaseAdd() {
-	if old := e.State.And(^(addLock | addWaiters)); old&addWaiters != 0 {
-		WakeBit(&e.State)
+func (f *flags) releaseAdd() {
+	if old := f.State.And(^(addLock | addWaiters)); old&addWaiters != 0 {
+		WakeBit(&f.State)
+	}
+}
+
+// releaseIfPending lets go of the add-lock if the entry is still pending,
+// in one compare-and-swap, and reports whether it did: a Cancel that
+// finds the lock held swaps only the state, and leaves what taking the
+// entry out needs to the holder, who looks again when this reports false.
+func (f *flags) releaseIfPending() bool {
+	for {
+		w := f.State.Load()
+		if w&stateMask != statePending {
+			return false
+		}
+		if f.State.CompareAndSwap(w, w&^(addLock|addWaiters)) {
+			if w&addWaiters != 0 {
+				WakeBit(&f.State)
+			}
+			return true
+		}
+	}
+}
+
+// cancelSwap is the swap of Cancel: to cancelled, taking the add-lock
+// with it when it is free (took). It reports the state it replaced, and
+// whether there was anything to cancel (false for a cancelled entry).
+func (f *flags) cancelSwap() (st uint32, took, ok bool) {
+	for {
+		w := f.State.Load()
+		st = w & stateMask
+		if st == stateCancelled {
+			return st, false, false
+		}
+		if w&addLock != 0 {
+			if f.State.CompareAndSwap(w, w&^stateMask|stateCancelled) {
+				return st, false, true
+			}
+			continue
+		}
+		if f.State.CompareAndSwap(w, w&^stateMask|stateCancelled|addLock) {
+			return st, true, true
+		}
 	}
 }
 
@@ -391,30 +335,6 @@ func (e *Entry) Unlink() {
 		l.Remove(e)
 	}
 }
-
-// InitMark makes l a mark: a List that entries point to (Mark) without
-// being linked into it. A timer keeps one for the entries it holds
-// outside its buckets.
-func (l *List) InitMark() {
-	l.Init()
-	l.mark = true
-}
-
-// Mark points the pending entry, which is in no List, to the mark l, and
-// reports whether it did. The caller holds the entry's add-lock. Cancel
-// takes the mark off again (Unlink) with one compare-and-swap.
-func (e *Entry) Mark(l *List) bool {
-	if !l.mark || e.list.Load() != nil {
-		return false
-	}
-	e.list.Store(&l.list)
-	return true
-}
-
-// Unmark takes the mark l off the entry, and reports whether the entry
-// had it. The caller holds the entry's add-lock, and links the entry next
-// (or has it fire).
-func (e *Entry) Unmark(l *List) bool { return e.list.CompareAndSwap(&l.list, nil) }
 
 // Linked reports whether the entry is linked into a List.
 func (e *Entry) Linked() bool { return e.list.Load() != nil }
@@ -439,10 +359,9 @@ type list struct {
 	mu    sync.Mutex // guards root, count and the links of every entry in the list
 	count int64
 	root  Entry // sentinel: root.next is the oldest entry, root.prev the newest
-	// mark says the list links nothing: an entry that points to it is
-	// held elsewhere (a timer's staging area, see Mark), and unlinking it
-	// is one compare-and-swap of its list pointer, with no lock.
-	mark bool
+	// slots holds the operations' entries of the stripe (op.go), filled
+	// in order, each chunk but the last full; guarded by mu.
+	slots slotChunks
 }
 
 // Init makes l an empty list.
@@ -474,10 +393,6 @@ func (l *list) Insert(e *Entry) bool {
 
 // Remove unlinks e if it is still in l.
 func (l *list) Remove(e *Entry) {
-	if l.mark {
-		e.list.CompareAndSwap(l, nil)
-		return
-	}
 	l.mu.Lock()
 	if e.list.Load() == l {
 		l.unlinkLocked(e)

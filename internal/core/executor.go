@@ -12,14 +12,14 @@ import (
 type executor struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []*Entry // guarded by mu
+	queue   []expiry // guarded by mu
 	closed  bool     // guarded by mu
 	workers int
-	run     func(*Entry)
+	run     func(expiry)
 	wg      sync.WaitGroup
 }
 
-func newExecutor(workers int, run func(*Entry)) *executor {
+func newExecutor(workers int, run func(expiry)) *executor {
 	x := &executor{workers: workers, run: run}
 	x.cond.L = &x.mu
 	x.wg.Add(workers)
@@ -32,7 +32,7 @@ func newExecutor(workers int, run func(*Entry)) *executor {
 // submit queues tasks for the workers. After close it runs them on the
 // caller instead: a task that fired must run, and a turn that collected it
 // just before Close would otherwise hand it to workers that have exited.
-func (x *executor) submit(tasks ...*Entry) {
+func (x *executor) submit(tasks ...expiry) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
@@ -58,7 +58,7 @@ func (x *executor) submit(tasks ...*Entry) {
 // steady state allocates nothing.
 func (x *executor) loop() {
 	defer x.wg.Done()
-	var spare []*Entry
+	var spare []expiry
 	for {
 		x.mu.Lock()
 		for len(x.queue) == 0 && !x.closed {
@@ -68,7 +68,7 @@ func (x *executor) loop() {
 			x.mu.Unlock()
 			return
 		}
-		var batch []*Entry
+		var batch []expiry
 		if n := len(x.queue); x.workers == 1 || n <= 64 {
 			batch, x.queue = x.queue, spare[:0]
 		} else {

@@ -493,7 +493,7 @@ func TestSubmitAfterCloseRunsTask(t *testing.T) {
 	require.NoError(t, st.Close())
 	p := newProbe(0)
 	p.entry().Owner = p // as its first Add would
-	st.exec.submit(p.entry())
+	st.exec.submit(expiry{task: p.entry()})
 	assert.Equal(t, int32(1), p.runs.Load())
 }
 

@@ -20,10 +20,16 @@ type paddedRWMutex struct {
 	_ [128 - unsafe.Sizeof(sync.RWMutex{})]byte // keep stripes on separate cache lines
 }
 
-func (l *lockShards) stripe(e *Entry) *sync.RWMutex {
-	// Tasks are at least 64 bytes apart; drop the bits that never differ.
-	return &l[(uintptr(unsafe.Pointer(e))>>6)%lockStripes].RWMutex
-}
+// stripe returns the stripe of an entry whose address hashes to i
+// (entryIndex, opIndex).
+func (l *lockShards) stripe(i uintptr) *sync.RWMutex { return &l[i%lockStripes].RWMutex }
+
+// entryIndex and opIndex hash an entry's address to pick its stripes:
+// hashing an address to spread a lock, nothing more. Entries are at least
+// 56 bytes apart (in 64-byte size classes); drop the bits that rarely
+// differ.
+func entryIndex(e *Entry) uintptr { return uintptr(unsafe.Pointer(e)) >> 6 }
+func opIndex(e *OpEntry) uintptr  { return uintptr(unsafe.Pointer(e)) >> 6 }
 
 func (l *lockShards) lock() {
 	for i := range l {

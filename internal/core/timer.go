@@ -19,10 +19,10 @@ type hooks struct {
 	// a batch of a coarser one moving down) before they are fired or put
 	// back: a step that a Cancel can act between.
 	flushed func([]*Entry)
-	// refile is called by reinsert, and by the drain of the staged
-	// entries, with the entry it refiles, holding its add-lock: before it
-	// is linked (linked false), and after the wheel's add linked it, or
-	// found it cancelled (true), before the lock is released.
+	// refile is called by reinsert with the entry it refiles, holding its
+	// add-lock: before it is linked (linked false), and after the wheel's
+	// add linked it, or found it cancelled (true), before the lock is
+	// released.
 	refile func(e *Entry, linked bool)
 	// clockRead is called by Add once it has read the clock, holding its
 	// read lock, before it files the entry.
@@ -51,8 +51,6 @@ type Timer struct {
 	lastTick int64
 	// never holds the entries whose deadline no clock reaches (tickOf).
 	never List
-	// staged holds the entries whose deadline is far off (stage.go).
-	staged staging
 
 	// mu is held for reading by Add (one stripe) and for writing (every
 	// stripe) while the wheels advance and while closing. Lock order: mu,
@@ -61,15 +59,20 @@ type Timer struct {
 	wheel   *wheel      // finest level; coarser ones hang off it
 	closed  bool        // guarded by mu
 	shut    atomic.Bool // closed, readable without mu
-	expired []*Entry    // expired entries of one turn, guarded by mu (write)
+	expired []expiry    // expired entries of one turn, guarded by mu (write)
 	flushed []*Entry    // entries taken out of a bucket while they are refiled, guarded by mu (write)
 	backlog []*bucket   // coarse buckets being moved down, guarded by mu (write)
+	// slotlog holds the slot chunks of the backlog's buckets (they are
+	// taken out when a bucket joins it), moved down from slotAt on.
+	// Guarded by mu (write).
+	slotlog []slotRun
+	slotAt  int
 
-	// backlogLen is len(backlog), plus one while staged tasks are taken
-	// and not yet filed (stage.go), read without mu by AdvanceClock.
+	// backlogLen is len(backlog) + len(slotlog), read without mu by
+	// AdvanceClock.
 	backlogLen atomic.Int32
 	spareMu    sync.Mutex
-	spare      []*Entry // a drained expired slice, for reuse
+	spare      []expiry // a drained expired slice, for reuse
 
 	pollMu sync.Mutex // one poller of the delay queue at a time
 	queue  *delayQueue
@@ -121,7 +124,6 @@ func New(c Config) *Timer {
 		t.logger = slog.Default()
 	}
 	t.never.Init()
-	t.staged.init()
 	clock := c.Clock
 	if clock == nil {
 		clock = systemClock{}
@@ -198,9 +200,9 @@ func (t *Timer) Add(task Sealed) error {
 	}
 	e := task.mustEmbedTaskBase()
 	if e == nil {
-		return nil // an operation's handle, cleared: it has completed
+		return t.addSlot(task.mustEmbedTaskBaseSlot())
 	}
-	mu := t.mu.stripe(e)
+	mu := t.mu.stripe(entryIndex(e))
 	mu.RLock()
 	if t.closed {
 		mu.RUnlock()
@@ -214,87 +216,26 @@ func (t *Timer) Add(task Sealed) error {
 	if t.hooks != nil && t.hooks.clockRead != nil {
 		t.hooks.clockRead()
 	}
-	t.file(task, e, now)
+	e.Expire = Deadline(int64(e.LoadDelay()), now)
+	// A pending task moves: take it out of its old bucket. Holding the
+	// add-lock, nobody else links it until the wheel does.
+	e.Unlink()
+	switch tick := t.tickOf(e.Expire); {
+	case e.Expire <= now:
+		t.wheel.addDue(e)
+	case tick == never:
+		t.never.Insert(e)
+	default:
+		if t.wheel.add(e, tick) {
+			t.wheel.addDue(e)
+		}
+	}
 	e.UnlockAdd()
 	mu.RUnlock()
 	if t.queue.late(now) {
 		t.queue.nudge(now) // the expiries are late: give way to them
 	}
 	return nil
-}
-
-// file measures e's deadline from now and its delay, takes it out of the
-// bucket that holds it (a pending task moves), and files it where the
-// deadline says. The caller holds the add-lock (nobody else links e until
-// the wheel does) and a read lock of the timer.
-func (t *Timer) file(task Sealed, e *Entry, now int64) {
-	e.Expire = Deadline(int64(e.LoadDelay()), now)
-	e.Unlink()
-	switch ref, tick := task.mustEmbedTaskBaseRef(), t.tickOf(e.Expire); {
-	case e.Expire <= now:
-		t.wheel.addDue(e)
-	case tick == never:
-		t.never.Insert(e)
-	case ref != nil && e.Expire-now >= int64(stageMin):
-		t.stage(ref, e, now)
-	default:
-		if t.wheel.add(e, tick) {
-			t.wheel.addDue(e)
-		}
-	}
-}
-
-// Guard says whether an entry may still be rescheduled, asked under its
-// add-lock: an operation's lifecycle, which answers false once the
-// operation has completed or been cancelled.
-type Guard interface{ Reschedulable() bool }
-
-// Reschedule gives the pending task whose entry task holds the delay
-// delay, measured from one reading of the clock, and moves it there, in
-// one step: under a read lock of the timer (so that no turn comes between
-// taking it out of its bucket and filing it anew) and its add-lock, which
-// an expiry's decision also holds. It reports false, changing nothing, if
-// the timer is closed, if g says no, or if the entry has fired (its run is
-// under way and decides: a reset that came too late). An entry never
-// added is added (the reset of an operation whose park has not added its
-// timeout yet; the park then stands aside: Touched).
-func (t *Timer) Reschedule(task Sealed, delay time.Duration, g Guard) bool {
-	if t.shut.Load() {
-		return false
-	}
-	e := task.mustEmbedTaskBase()
-	if e == nil {
-		return false // an operation's handle, cleared: it has completed
-	}
-	mu := t.mu.stripe(e)
-	mu.RLock()
-	if t.closed {
-		mu.RUnlock()
-		return false
-	}
-	e.HoldAdd()
-	w := e.State.Load()
-	fired := w&stateMask == stateIdle && w&touched != 0
-	if fired || w&stateMask == stateCancelled || !g.Reschedulable() {
-		e.UnlockAdd()
-		mu.RUnlock()
-		return false
-	}
-	if e.Owner == nil {
-		e.Owner = task
-	}
-	atomic.StoreInt64(&e.Delay, int64(delay))
-	for !e.State.CompareAndSwap(w, w&^stateMask|statePending|touched) {
-		w = e.State.Load()
-	}
-	now := int64(t.now())
-	t.file(task, e, now)
-	e.UnlockAdd()
-	mu.RUnlock()
-	if t.queue.late(now) {
-		t.queue.nudge(now)
-	}
-	return true
 }
 
 // AdvanceClock waits up to timeout for the earliest bucket to be due, then
@@ -381,33 +322,39 @@ func (t *Timer) turn(move func()) bool {
 	b := t.queue.pollDue(t.now())
 	did := b != nil
 	for b != nil {
-		if b != &t.staged.token && b.expiration.Load()-b.lead >= t.staged.takenBy {
-			// Every staged task goes where it belongs before a bucket it
-			// may belong in is handled.
-			t.fileTaken(-1)
-		}
-		if b == &t.staged.token {
-			t.takeStaged()
-		} else if t.drainBefore(b) {
+		if t.drainBefore(b) {
 			t.queue.offer(b) // moving down may have made earlier buckets: take them first
 		} else if b.lead == 0 {
 			// Every entry is due: take them all out under one lock a
 			// stripe (a Cancel meanwhile finds them in no bucket, and
-			// the firing skips what it cancelled), then fire them.
+			// the firing skips what it cancelled), then fire them; and
+			// fire the entries of its slots.
 			t.wheel.advance(b.expiration.Load())
+			chunks := b.takeSlots(nil)
 			t.flushed = b.flush(t.flushed[:0])
 			t.refile(true)
+			for _, ch := range chunks {
+				for i := range ch {
+					if e := ch[i].e.Load(); e != nil {
+						t.fireSlot(&ch[i], e)
+					}
+				}
+			}
 		} else {
 			t.wheel.advance(b.expiration.Load() - b.lead)
 			t.backlog = append(t.backlog, b)
+			if chunks := b.takeSlots(nil); len(chunks) > 0 {
+				t.slotlog = append(t.slotlog, slotRun{exp: b.expiration.Load(), chunks: chunks})
+			}
 			t.setBacklogLen()
 		}
 		b = t.queue.pollDue(t.now())
 	}
-	if t.fileTaken(drainChunk) > 0 {
+	moved := t.moveSlots(cascadeChunk)
+	if moved > 0 {
 		did = true
 	}
-	for moved := 0; moved < cascadeChunk && len(t.backlog) > 0; {
+	for moved < cascadeChunk && len(t.backlog) > 0 {
 		t.flushed = t.backlog[0].popInto(t.flushed[:0], cascadeChunk-moved)
 		if len(t.flushed) == 0 {
 			t.backlog[0] = nil
@@ -431,7 +378,7 @@ func (t *Timer) turn(move func()) bool {
 // The caller holds the write lock.
 func (t *Timer) drainBefore(b *bucket) bool {
 	due := b.expiration.Load() - b.lead
-	drained := false
+	drained := t.moveSlotsBefore(due)
 	for i, c := range t.backlog {
 		if c == nil || c.expiration.Load() > due {
 			continue
@@ -455,11 +402,63 @@ func (t *Timer) drainBefore(b *bucket) bool {
 // setBacklogLen publishes how much work the backlogs hold. The caller
 // holds the write lock.
 func (t *Timer) setBacklogLen() {
-	n := len(t.backlog)
-	if len(t.staged.taken) > 0 {
-		n++
+	t.backlogLen.Store(int32(len(t.backlog) + len(t.slotlog)))
+}
+
+// slotRun is the slot chunks of a coarse bucket being moved down: exp is
+// the bucket's expiration, the start of its span.
+type slotRun struct {
+	exp    int64
+	chunks []*slotChunk
+}
+
+// moveSlots moves down up to max slots of the slot backlog, from the
+// first run on, and returns how many it looked at. The caller holds the
+// write lock.
+func (t *Timer) moveSlots(max int) int {
+	n := 0
+	for len(t.slotlog) > 0 && n < max {
+		run := &t.slotlog[0]
+		for ; t.slotAt < len(run.chunks)*slotChunkLen && n < max; t.slotAt++ {
+			s := &run.chunks[t.slotAt/slotChunkLen][t.slotAt%slotChunkLen]
+			if e := s.e.Load(); e != nil {
+				t.refileSlot(s, e)
+			}
+			n++
+		}
+		if t.slotAt < len(run.chunks)*slotChunkLen {
+			break
+		}
+		t.slotlog[0] = slotRun{}
+		t.slotlog, t.slotAt = t.slotlog[1:], 0
+		t.setBacklogLen()
 	}
-	t.backlogLen.Store(int32(n))
+	return n
+}
+
+// moveSlotsBefore moves down, completely, every run of the slot backlog
+// whose bucket's span starts at or before tick due, and reports whether
+// there was any. The caller holds the write lock.
+func (t *Timer) moveSlotsBefore(due int64) bool {
+	moved := false
+	for {
+		i := slices.IndexFunc(t.slotlog, func(r slotRun) bool { return r.exp <= due })
+		if i < 0 {
+			return moved
+		}
+		if i > 0 {
+			// To the front. The run that was there starts again from its
+			// first slot later, and skips the slots it has moved: their
+			// entries' current slots are elsewhere.
+			run := t.slotlog[i]
+			copy(t.slotlog[1:i+1], t.slotlog[:i])
+			t.slotlog[0], t.slotAt = run, 0
+		}
+		for n := len(t.slotlog); len(t.slotlog) == n; {
+			t.moveSlots(cascadeChunk)
+		}
+		moved = true
+	}
 }
 
 // refile handles the entries in t.flushed, just taken out of a bucket:
@@ -488,14 +487,14 @@ func (t *Timer) refile(due bool) {
 
 // dispatch hands expired tasks over with no lock held and keeps the slice
 // for reuse, so that steady expiry allocates nothing.
-func (t *Timer) dispatch(expired []*Entry) {
+func (t *Timer) dispatch(expired []expiry) {
 	if len(expired) > 0 {
 		t.fired.Add(uint64(len(expired)))
 		if t.exec != nil {
 			t.exec.submit(expired...)
 		} else {
-			for _, task := range expired {
-				t.runTask(task)
+			for _, x := range expired {
+				t.runTask(x)
 			}
 		}
 	}
@@ -505,7 +504,7 @@ func (t *Timer) dispatch(expired []*Entry) {
 	t.spareMu.Unlock()
 }
 
-func (t *Timer) takeSpare() []*Entry {
+func (t *Timer) takeSpare() []expiry {
 	t.spareMu.Lock()
 	defer t.spareMu.Unlock()
 	s := t.spare
@@ -544,10 +543,25 @@ func (t *Timer) reinsert(e *Entry) {
 // fire moves a due entry to the expired batch, unless a Cancel won. The
 // caller holds mu for writing.
 func (t *Timer) fire(e *Entry) {
-	if !e.Fire() {
-		return
+	if e.Fire() {
+		t.queueExpiry(expiry{task: e})
 	}
-	t.expired = append(t.expired, e)
+}
+
+// expireOp queues the expiry of an operation's entry that has fired. The
+// caller holds mu for writing.
+func (t *Timer) expireOp(e *OpEntry) { t.queueExpiry(expiry{op: e}) }
+
+// expiry is a fired entry: a task's, or an operation's.
+type expiry struct {
+	task *Entry
+	op   *OpEntry
+}
+
+// queueExpiry adds a fired entry to the expired batch. The caller holds mu
+// for writing.
+func (t *Timer) queueExpiry(x expiry) {
+	t.expired = append(t.expired, x)
 	if len(t.expired) >= handOffEvery && t.exec != nil {
 		// Hand a large batch over at once, so that the executor starts on
 		// it while the flush goes on.
@@ -558,22 +572,28 @@ func (t *Timer) fire(e *Entry) {
 	}
 }
 
-// Size reports the number of pending tasks. It sums the buckets' counts and the staged
-// tasks (stage.go) (Kafka keeps one
-// shared counter; counters per bucket stripe keep Adds and Cancels on
-// different cores off a shared cache line). Each count is read under its
-// stripe's lock, which Add and Cancel hold anyway, so that they change it
-// with a plain increment rather than a locked one: Size costs O(levels ×
-// wheel size × stripes) uncontended lock acquisitions, a few hundred, a
-// few microseconds. It is for metrics, not for a hot path. While a bucket
-// is being flushed its entries are briefly not counted, as in Kafka.
+// Size reports the number of pending tasks and operations' timeouts. It
+// sums the buckets' counts of linked tasks (Kafka keeps one shared
+// counter; counters per bucket stripe keep Adds and Cancels on different
+// cores off a shared cache line), each read under its stripe's lock,
+// which Add and Cancel hold anyway, so that they change it with a plain
+// increment; and it counts the operations' entries, each at its current
+// slot, which nothing counts as they come and go (a completion clears a
+// slot without a lock). So Size costs a few hundred uncontended lock
+// acquisitions and a read of every slot: O(operations pending), a few
+// milliseconds for a million. It is for metrics and tests, not for a hot
+// path. While a bucket is being flushed its entries are briefly not
+// counted, as in Kafka.
 func (t *Timer) Size() int {
-	// The taken staged tasks are the turns' (write lock): one stripe's
-	// read lock keeps them still while they are counted.
+	// The slots are taken out of buckets by turns, under the write lock:
+	// one stripe's read lock keeps them still while they are counted.
 	mu := &t.mu[0]
 	mu.RLock()
-	n := t.never.Count() + int64(t.stagedCount())
-	mu.RUnlock()
+	defer mu.RUnlock()
+	n := t.never.Count() + t.never.countSlots()
+	for _, r := range t.slotlog {
+		eachCurrent(r.chunks, func(*Slot, *OpEntry) { n++ })
+	}
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			n += w.buckets[i].size()
@@ -598,20 +618,29 @@ func (t *Timer) Close() error {
 	t.closed = true
 	t.shut.Store(true)
 	var flushed []*Entry
+	var chunks []*slotChunk
 	t.wheel.levels(func(w *wheel) {
 		for i := range w.buckets {
 			flushed = w.buckets[i].flush(flushed[:0])
 			for _, e := range flushed {
 				e.Cancel()
 			}
+			chunks = w.buckets[i].takeSlots(chunks)
 		}
 	})
 	for _, e := range t.never.PopInto(nil, math.MaxInt) {
 		e.Cancel()
 	}
-	t.dropStaged()
+	t.never.Lock()
+	chunks = append(chunks, t.never.slots.take()...)
+	t.never.Unlock()
+	for _, r := range t.slotlog {
+		chunks = append(chunks, r.chunks...)
+	}
+	eachCurrent(chunks, func(_ *Slot, e *OpEntry) { e.Cancel() })
 	clear(t.backlog)
 	t.backlog = nil
+	t.slotlog, t.slotAt = nil, 0
 	t.setBacklogLen()
 	t.queue.clear()
 	t.mu.unlock()
@@ -626,13 +655,17 @@ func (t *Timer) Close() error {
 // closing.
 func (t *Timer) Wake() { t.queue.stop() }
 
-// runTask runs one task, recovering a panic so that one bad task cannot stop
-// the executor, and with it every other timeout in the process.
-func (t *Timer) runTask(e *Entry) {
+// runTask runs one expired entry, recovering a panic so that one bad task
+// cannot stop the executor, and with it every other timeout in the
+// process.
+func (t *Timer) runTask(x expiry) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.panics.Add(1)
-			task := taskOf(e)
+			var task Sealed
+			if x.task != nil {
+				task, _ = x.task.Owner.(Sealed)
+			}
 			if t.onPanic != nil {
 				t.onPanic(task, r)
 				return
@@ -641,31 +674,20 @@ func (t *Timer) runTask(e *Entry) {
 				"task", fmt.Sprintf("%T", task), "panic", r)
 		}
 	}()
-	run(e)
+	x.run()
 }
 
-// run runs an expired entry: the expiry target's ExpireEntry if the entry
-// is an operation's (whose own Run method, if it has one, is never
-// consulted), or else the task that embeds the entry.
-func run(e *Entry) {
-	if x := ExpirerOf(e); x != nil {
-		x.ExpireEntry(e)
+// run runs an expired entry: the expiry target's ExpireEntry for an
+// operation's (whose own Run method, if it has one, is never consulted),
+// the task's Run for a task's.
+func (x expiry) run() {
+	if x.op != nil {
+		if ex := ExpirerOf(x.op); ex != nil {
+			ex.ExpireEntry(x.op, true)
+		}
 		return
 	}
-	if t, ok := e.Owner.(interface{ Run() }); ok {
+	if t, ok := x.task.Owner.(interface{ Run() }); ok {
 		t.Run()
 	}
-}
-
-// taskOf returns the task whose entry e is, or nil for an operation's, for
-// panic reports.
-func taskOf(e *Entry) Sealed {
-	s, ok := e.Owner.(Sealed)
-	if !ok || s.mustEmbedTaskBase() != e {
-		return nil
-	}
-	if oe, _ := s.mustEmbedTaskBaseOp(); oe == e {
-		return nil
-	}
-	return s
 }

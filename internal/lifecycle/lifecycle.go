@@ -15,7 +15,7 @@
 //	bit 4      parked: its park is published
 //	bit 5      a check found the lock held and left a note
 //	bits 6-7   the operation's own lock (lock.go)
-//	bit 8      fat: the Handle carries a lock given to WithLock, or a context
+//	bit 8      fat: a meta of its own since Init, for a lock given to WithLock or a context
 //	bit 9      cancelled (terminal unless completed by ForceComplete)
 //	bit 10     a park is deferred to the holder of its SharedLock (DeferPark)
 //	bits 11-31 live watch entries, counted in the Tracker's watched
@@ -56,48 +56,67 @@ type Sealed interface{ mustEmbedOperationBase() *Op }
 func Of(s Sealed) *Op { return s.mustEmbedOperationBase() }
 
 // Op is the lifecycle of one operation: the timer entry (whose Aux word
-// holds the state and whose Owner holds the user's operation), the Tracker
-// of the purgatory it is parked in, and its Handle. It must not be copied
-// after Init.
+// holds the state, whose Owner holds the user's operation, and whose
+// handle is what the watch lists hold) and its meta: the Tracker of the
+// purgatory it is parked in, and what only some operations need. It must
+// not be copied after Init. It is 64 bytes.
 //
-// Op embeds the entry's holder, whose promoted methods are all unexported,
-// so that Op, and a user's operation that embeds it through operation.Base,
-// satisfy core.Sealed and nothing of the entry leaks into their method
-// sets. Op has no exported method: a timer of package timer expires it
-// through the expiry target Park sets, the Tracker.
+// Op embeds the entry's holder, whose promoted method is unexported, so
+// that nothing of the entry leaks into its method set, or into that of a
+// user's operation that embeds it through operation.Base. Op has no
+// exported method: a timer of package timer expires it through the expiry
+// target Park sets, its meta.
 type Op struct {
-	// link holds the entry and its expiry target, the Tracker of the
-	// purgatory the operation parks in (o.tracker()). Park sets the target
-	// before its CAS, and only whoever has seen the operation parked (or
-	// cancelled, which comes after) reads it, so the CAS orders the two
-	// and the target needs no atomic store, which would cost a full
-	// barrier on every park.
+	// link holds the entry and its expiry target, the operation's meta
+	// (o.meta()). Park sets the target before its CAS, and only whoever
+	// has seen the operation parked (or cancelled, which comes after)
+	// reads it, except for a fat operation, whose meta Init sets.
 	link
-	// h is the Handle the watch lists hold. For a fat operation it is the
-	// extHandle Init made (stFat, set after it, publishes it), which Park
-	// fills in and keeps; otherwise Park sets it before its CAS, and only
-	// goroutines that saw the operation parked or cancelled read it. The
-	// completion of an operation whose Handle carries nothing more
-	// (handleExt) clears it, so that a completed operation that the user
-	// keeps (in a response queue, a request log) keeps nothing of the
-	// purgatory's; readers that may race with that completion find nil.
-	h atomic.Pointer[Handle]
 }
 
 // link names the embedded holder so that the field is unexported.
-type link = core.OpBase[Tracker, *Tracker]
+type link = core.OpBase[meta, *meta]
 
-// ref names the Handle's embedded reference so that the field is
-// unexported.
-type ref = core.Ref
+// Handle is what watch lists hold instead of the operation: a word that
+// the operation's completion clears, which releases it from every list at
+// once without taking a list's lock. On a timer of package timer it is
+// the slot of the operation's first timeout (core.Slot), so that a parked
+// operation costs its timer and its lists one word besides the lists' own.
+type Handle = core.Slot
+
+// OpOf returns the operation h holds, or nil once it has completed or been
+// cancelled.
+func OpOf(h *Handle) *Op {
+	e := h.Entry()
+	if e == nil {
+		return nil
+	}
+	return Of(e.Owner.(Sealed))
+}
+
+// Live reports whether the operation h holds has neither completed nor
+// been cancelled: OpOf(h) != nil, without finding the operation.
+func Live(h *Handle) bool { return h.Entry() != nil }
 
 func (o *Op) mustEmbedOperationBase() *Op { return o }
 
-func (o *Op) entry() *core.Entry { return core.OpEntry(&o.link) }
+func (o *Op) entry() *core.OpEntry { return core.EntryOfOp(&o.link) }
+
+// meta returns the operation's meta: its own (ext) or its Tracker's. Read
+// it only once o is seen parked or cancelled, or for a fat operation.
+func (o *Op) meta() *meta { return core.TargetOf(&o.link) }
 
 // tracker returns the Tracker of the purgatory o parked in. Read it only
-// once o is seen parked or cancelled.
-func (o *Op) tracker() *Tracker { return core.TargetOf(&o.link) }
+// once o is seen parked or cancelled (or its deferred park accepted).
+func (o *Op) tracker() *Tracker { return o.meta().t.Load() }
+
+// ext returns the operation's own meta, or nil if it has none.
+func (o *Op) ext() *meta {
+	if m := o.meta(); m != nil && m.own {
+		return m
+	}
+	return nil
+}
 
 // State bits; see the package documentation.
 const (
@@ -172,109 +191,67 @@ func (o *Op) self() Callbacks { return o.entry().Owner.(Callbacks) }
 func Self(o *Op) any { return o.entry().Owner }
 
 // Task returns the Handle of a parked operation as a timer.Task, to Add to
-// a timer. A package timer's timer expires the entry through the target
-// Park set on it, the Tracker's ExpireEntry; any other Timer calls the
-// Handle's Run. Either way the user's type is not consulted: a method of
-// its own named Run has no effect. A timer that holds the task a while
-// before filing it (a SystemTimer's staging of far deadlines) holds the
-// Handle, which the operation's completion clears: the operation is
-// unreachable from the timer at once.
-//
-// It returns nil once the operation has completed and let go of its
-// Handle.
+// a timer of the user's own, whose Run expires the operation. The user's
+// type is not consulted: a method of its own named Run has no effect. A
+// timer that holds the task holds the Handle, which the operation's
+// completion clears: the operation is unreachable from the timer at once.
+// It returns nil if the operation has no Handle: before its park, and
+// once it has left.
 func Task(o *Op) timer.Task {
-	if h := o.h.Load(); h != nil {
+	if h := o.entry().Handle(); h != nil {
 		return h
 	}
 	return nil
 }
 
-// Run expires the operation, if it is still pending: the Task's Run, for
-// a Timer other than package timer's.
-func (h *Handle) Run() {
-	if o := h.Op(); o != nil {
-		finish(o, Expired)
-	}
+// meta is an operation's expiry target, and what only some operations
+// need. An operation with nothing of its own shares its Tracker's (thin);
+// one with a lock or a context given to Init (fat), one parked in a
+// purgatory with an Observer, and one given a cause by CompleteWith has
+// one of its own (own), which carries it.
+type meta struct {
+	// t is the Tracker of the purgatory the operation is parked in: set
+	// before the meta is published (the Tracker's own, once, by its first
+	// park).
+	t   atomic.Pointer[Tracker]
+	own bool
+	// parked is the clock reading of the park, for an Observer. obs is
+	// written by the park before it is published and read by the one
+	// departure (complete or Cancel), which clears it so that the
+	// observer's state does not outlive the stay.
+	parked int64
+	obs    any
+	tries  atomic.Uint32 // TryComplete calls, counted only with an Observer
+	lock   sync.Locker   // a *SharedLock, for a SharedLock (sharedLock)
+	ctx    context.Context
+	stop   atomic.Pointer[func() bool] // the context's AfterFunc, once armed
+	cause  atomic.Pointer[error]       // CompleteWith's, the first one given
 }
 
 // ExpireEntry expires the operation whose timer entry e is, if it is
-// still pending. A timer of package timer calls it for an entry whose
-// target is t (core.ExpirerOf).
-func (t *Tracker) ExpireEntry(e *core.Entry) {
-	if s, ok := e.Owner.(Sealed); ok {
-		if o := Of(s); o.entry() == e {
+// still pending: at the deadline of the entry's that fired (fired, from a
+// timer of package timer), or at whatever deadline a Timer of the user's
+// own ran it for.
+func (m *meta) ExpireEntry(e *core.OpEntry, fired bool) {
+	s, ok := e.Owner.(Sealed)
+	if !ok {
+		return
+	}
+	if o := Of(s); o.entry() == e {
+		if fired {
 			expire(o)
+		} else {
+			finish(o, Expired)
 		}
 	}
 }
 
-// Handle is what watch lists, and a timer that stages the operation's
-// timeout, hold instead of the operation. Completing or cancelling the
-// operation clears it, which releases the operation from every list at
-// once without taking a list's lock; the Handle stays on the lists until
-// they are next compacted. An operation parks at most once, so it has at
-// most one Handle.
-type Handle struct {
-	// ref is the operation's timer entry, nil once the operation has
-	// completed or been cancelled. The operation is the entry's owner's.
-	// Embedded, so that a *Handle is a timer.Task.
-	ref
-	// ext is what only some operations need: nil unless the operation has
-	// a lock or a context of its own (stFat), its Tracker has an
-	// Observer, or CompleteWith gave it a cause. Once set it
-	// never changes: set before the Handle is published, or, by
-	// CompleteWith, from nil with a compare-and-swap.
-	ext atomic.Pointer[handleExt]
-}
-
-// Op returns the operation, or nil once it has completed or been cancelled.
-func (h *Handle) Op() *Op {
-	e := h.ref.Entry()
-	if e == nil {
-		return nil
-	}
-	return Of(e.Owner.(Sealed))
-}
-
-// Live reports whether the operation has neither completed nor been
-// cancelled: Op() != nil, without finding the operation.
-func (h *Handle) Live() bool { return h.ref.Entry() != nil }
-
-// handleExt carries what only some operations have: for a Tracker with an
-// Observer, the clock reading of the park, what the Observer's Parked
-// returned and the TryComplete calls made; a lock given to WithLock; a
-// context; the cause given to CompleteWith.
-type handleExt struct {
-	parked int64
-	// obs is written by Park before the park is published and read by the
-	// one departure (complete or Cancel), which clears it so that the
-	// observer's state does not outlive the stay.
-	obs   any
-	tries atomic.Uint32 // TryComplete calls, counted only with an Observer
-	lock  sync.Locker   // a *SharedLock, for a SharedLock (sharedLock)
-	ctx   context.Context
-	stop  atomic.Pointer[func() bool] // the context's AfterFunc, once armed
-	cause atomic.Pointer[error]       // CompleteWith's, the first one given
-}
-
 // sharedLock returns the lock given to WithLock if it is a SharedLock. It
-// is not kept in a field of its own: a pointer more would move an
-// extHandle from the 96-byte size class to the 112-byte one.
-func (x *handleExt) sharedLock() *SharedLock {
-	s, _ := x.lock.(*SharedLock)
+// is not kept in a field of its own: a pointer more would move a meta from
+// the 96-byte size class to the 112-byte one.
+func (m *meta) sharedLock() *SharedLock {
+	s, _ := m.lock.(*SharedLock)
 	return s
-}
-
-// extHandle is a Handle and its handleExt in one allocation.
-type extHandle struct {
-	Handle
-	x handleExt
-}
-
-func newExtHandle() *Handle {
-	eh := &extHandle{}
-	eh.ext.Store(&eh.x)
-	return &eh.Handle
 }
 
 // MaxTimeout is the longest timeout an Op keeps: 2^61 ns, 73 years. Init
@@ -282,11 +259,13 @@ func newExtHandle() *Handle {
 // reading in the first 73 years is exact (timer deadlines saturate at math.MaxInt64).
 const MaxTimeout = time.Duration(1 << 61)
 
-func (o *Op) fat() *handleExt {
+// fat returns the meta Init gave an operation with a lock or a context,
+// or nil.
+func (o *Op) fat() *meta {
 	if o.word().Load()&stFat == 0 {
 		return nil
 	}
-	return o.h.Load().ext.Load() // a fat operation keeps its Handle
+	return o.meta()
 }
 
 // Options are what Init takes besides the timeout.
@@ -313,10 +292,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		opt.Ctx = nil
 	}
 	if opt.Lock != nil || opt.Ctx != nil {
-		h := newExtHandle()
-		x := h.ext.Load()
-		x.lock, x.ctx = opt.Lock, opt.Ctx
-		o.h.Store(h)
+		core.SetTarget(&o.link, &meta{own: true, lock: opt.Lock, ctx: opt.Ctx})
 		o.word().Or(stFat)
 	} else if s&stFat != 0 {
 		// Only a second Init can find the bit set. A fresh operation's
@@ -324,7 +300,7 @@ func Init(o *Op, self Callbacks, timeout time.Duration, opt Options) {
 		// allocation's stores to drain, and cost 5% of the CPU per
 		// request of examples/purgatory_perf -timeout 1000 -pct50 50.
 		o.word().And(^stFat)
-		o.h.Store(nil)
+		core.SetTarget(&o.link, nil)
 	}
 }
 
@@ -367,10 +343,7 @@ func ContextCause(o *Op) error {
 // KeyCause returns the cause given to CompleteWith, for an operation that
 // completed as ForKey.
 func KeyCause(o *Op) error {
-	// The Handle of an operation with a cause is kept (release).
-	if h := o.h.Load(); h == nil {
-		return nil
-	} else if x := h.ext.Load(); x != nil {
+	if x := o.ext(); x != nil {
 		if c := x.cause.Load(); c != nil {
 			return *c
 		}
@@ -394,17 +367,16 @@ func CompleteWith(o *Op, cause *error) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
-	// Seen parked: o.h is published, unless a completion since has let go
-	// of it.
-	h := o.h.Load()
-	if h == nil {
-		return false
-	}
-	x := h.ext.Load()
-	if x == nil {
-		x = &handleExt{}
-		if !h.ext.CompareAndSwap(nil, x) {
-			x = h.ext.Load()
+	// Seen parked: the meta is published. An operation that shares its
+	// Tracker's gets one of its own, for the cause.
+	x := o.meta()
+	if !x.own {
+		own := &meta{own: true}
+		own.t.Store(x.t.Load())
+		if core.SwapTarget(&o.link, x, own) {
+			x = own
+		} else {
+			x = o.meta()
 		}
 	}
 	if !x.cause.CompareAndSwap(nil, cause) {
@@ -497,7 +469,7 @@ func (o *Op) completed(s uint32, k Outcome, end int64) {
 		t.stripe(o).done[k].Add(1)
 		t.release()
 	}
-	o.release(s&(stParked|stCancelled) != 0)
+	o.release()
 	if s&(stParked|stDeferred) != 0 && t.Obs != nil {
 		o.left(t, k, end)
 	}
@@ -508,40 +480,26 @@ func (o *Op) completed(s uint32, k Outcome, end int64) {
 }
 
 // release lets go of everything that could reach or wake the operation
-// once it has left its purgatory: the timer entry, the watch lists (through
-// the Handle) and the context's AfterFunc.
-//
-// parked says whether the operation was parked (or cancelled, which only a
-// parked one can be): only then may o.h be read, and only then is there
-// anything but the timer entry to let go of.
-func (o *Op) release(parked bool) {
-	o.entry().Cancel()
-	if !parked {
-		return
-	}
-	h := o.h.Load()
-	if h == nil {
-		return // let go of already: a ForceComplete of a cancelled operation
-	}
-	h.ref.Set(nil) // off every watch list, and out of staging, at once (KAFKA-19389)
-	x := h.ext.Load()
-	if x == nil {
-		// Nothing on the Handle is needed once the operation has left
-		// (no cause, no observer's state, no lock or context): let go of
-		// it, so that a completed operation holds nothing of the
-		// purgatory's but the Tracker pointer.
-		o.h.Store(nil)
-		return
-	}
-	if stop := x.stop.Swap(nil); stop != nil {
-		(*stop)()
+// once it has left its purgatory: the timer entry, its slots (the Handle,
+// which takes it off every watch list at once: KAFKA-19389, and the
+// timer's), and the context's AfterFunc. What stays with a completed
+// operation is its meta: its Tracker's, or its own with what it reports
+// (a cause, a context).
+func (o *Op) release() {
+	e := o.entry()
+	e.Cancel()
+	e.Leave()
+	if x := o.ext(); x != nil {
+		if stop := x.stop.Swap(nil); stop != nil {
+			(*stop)()
+		}
 	}
 }
 
 // left tells t's Observer that o, which was parked, left as k at end. Only
-// the one departure calls it, so the ext's obs needs no lock.
+// the one departure calls it, so the meta's obs needs no lock.
 func (o *Op) left(t *Tracker, k Outcome, end int64) {
-	x := o.h.Load().ext.Load() // set at Park whenever t has an Observer, and kept
+	x := o.meta() // its own, whenever t has an Observer
 	state := x.obs
 	x.obs = nil
 	t.Obs.Left(o, k, state, x.parked, end, x.tries.Load())
@@ -630,8 +588,8 @@ func Expire(o *Op, k Outcome) bool { return finish(o, k) }
 // park that finds the purgatory shut down.
 func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 
-// Park makes the operation pending in the purgatory that counts in t, and
-// returns the Handle its watch lists are to hold; now is a reading of
+// Park makes the operation pending in the purgatory that counts in t; now
+// is a reading of
 // t.Obs's clock, from which the time in purgatory is measured (with t.Obs
 // set); watches is how many watch entries the caller will push for it,
 // recorded in the same swap as the park itself. If the operation completes
@@ -653,22 +611,20 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // then a completion may be counted before the arrival it follows; Live
 // tells such a transient negative from a count.
 //
-// The Tracker and the Handle are published before the compare-and-swap
-// that parks, so a ForceComplete racing with Park either completes an
-// unparked operation (Park then fails) or sees both.
-func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, Refusal) {
+// The meta (and with it the Tracker) is published before the
+// compare-and-swap that parks, so a ForceComplete racing with Park either
+// completes an unparked operation (Park then fails) or sees it. The
+// Handle comes with the timeout (AddTimeout).
+func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) Refusal {
 	w := o.word()
 	if deferred {
-		h := o.h.Load()
-		h.ref.Set(o.entry())
 		for {
 			s := w.Load()
 			if s&stDeferred == 0 {
-				h.ref.Set(nil)
-				return nil, Already // completed: its completion counted it
+				return Already // completed: its completion counted it
 			}
 			if w.CompareAndSwap(s, s&^stDeferred|stParked|uint32(watches)<<watchShift) {
-				return h, Accepted
+				return Accepted
 			}
 		}
 	}
@@ -680,13 +636,12 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, Re
 		defer sl.pmu.Unlock()
 	}
 	if w.Load()&unparkable != 0 {
-		return nil, Already
+		return Already
 	}
 	if !t.Reserve() {
-		return nil, Full
+		return Full
 	}
-	h, x := o.publish(t, now, watches)
-	h.ref.Set(o.entry())
+	x := o.publish(t, now, watches)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
 		hk.Published(o)
 	}
@@ -696,16 +651,13 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, Re
 			// Only a ForceComplete can get here (the caller holds the
 			// lock, and nothing else completes an operation that is not
 			// parked).
-			h.ref.Set(nil)
+			o.entry().Leave()
 			t.release()
 			o.abandon(t, x, now)
-			if s&stFat == 0 {
-				o.h.Store(nil) // the completed operation keeps nothing of the purgatory's
-			}
-			return nil, Already
+			return Already
 		}
 		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
-			return h, Accepted
+			return Accepted
 		}
 	}
 }
@@ -723,41 +675,43 @@ const (
 	Full
 )
 
-// publish gives the operation its Handle and its Tracker, and tells the
-// Observer of the park, before the swap that parks it or accepts its
-// deferred park: once that swap is seen, the operation may complete on
-// any goroutine, and its Left must find what Parked returned. It returns
-// the Handle and, with an Observer, the handleExt that keeps the
-// Observer's state.
-func (o *Op) publish(t *Tracker, now int64, watches int) (*Handle, *handleExt) {
-	// An operation parks at most once, so a fat one keeps the Handle Init
-	// made: no one reads its op before the swap publishes it.
-	var h *Handle
+// publish gives the operation its meta, and with it its Tracker, and
+// tells the Observer of the park, before the swap that parks it or
+// accepts its deferred park: once that swap is seen, the operation may
+// complete on any goroutine, and its Left must find what Parked returned.
+// An operation parked in a purgatory whose timer keeps no slots (a Timer
+// of the user's own, or none) gets a Handle of its own here. It returns
+// the meta that keeps the Observer's state, with an Observer.
+func (o *Op) publish(t *Tracker, now int64, watches int) *meta {
+	// A fat operation has its meta from Init: no one reads it before the
+	// swap publishes it.
+	m := o.fat()
 	switch {
-	case o.word().Load()&stFat != 0:
-		h = o.h.Load()
+	case m != nil:
+		m.t.Store(t)
 	case t.Obs != nil:
-		h = newExtHandle()
-		o.h.Store(h)
+		m = &meta{own: true}
+		m.t.Store(t)
+		core.SetTarget(&o.link, m)
 	default:
-		h = &Handle{}
-		o.h.Store(h)
+		core.SetTarget(&o.link, t.thinMeta())
 	}
-	core.SetTarget(&o.link, t)
+	if t.Core == nil {
+		o.entry().SetHandle(new(Handle))
+	}
 	if t.Obs == nil {
-		return h, nil
+		return nil
 	}
-	x := h.ext.Load()
-	x.parked = now
-	x.obs = t.Obs.Parked(o, x.ctx, watches)
-	return h, x
+	m.parked = now
+	m.obs = t.Obs.Parked(o, m.ctx, watches)
+	return m
 }
 
 // abandon tells the Observer, which was told of a park that a
 // ForceComplete then beat to the swap, that the operation left early:
 // the park is refused (ErrAlreadyWatched) and Stats does not count it, but
 // the Observer's state is not lost.
-func (o *Op) abandon(t *Tracker, x *handleExt, now int64) {
+func (o *Op) abandon(t *Tracker, x *meta, now int64) {
 	if x == nil {
 		return
 	}
@@ -828,7 +782,7 @@ func Cancel(o *Op) bool {
 	st.left.Add(counts(watches(s)))
 	st.cancelled.Add(1)
 	t.release()
-	o.release(true)
+	o.release()
 	l.Unlock()
 	if t.Obs != nil {
 		o.left(t, Cancelled, t.Obs.Now())
@@ -836,18 +790,54 @@ func Cancel(o *Op) bool {
 	return true
 }
 
-// Rescheduled reports whether the operation's timeout has been scheduled
-// since the operation was parked: a Reset (RescheduleHeld) and the
-// reset's Add, whose deadline may even have fired since. A park's own Add
-// then stands aside.
-func Rescheduled(o *Op) bool { return o.entry().Touched() }
+// AddTimeout adds the timeout of a parked operation, whose park holds its
+// lock, to the purgatory's timer: to c, its engine, if it is a timer of
+// package timer, and otherwise to user (nil with WithoutTimer). It returns
+// the operation's Handle, for its watch lists: on c, the slot of the
+// timeout (or of a reset's, made meanwhile, whose deadline then stands:
+// the timeout is not added again), otherwise the Handle the park gave it.
+// An error is the timer's refusal (closed).
+//
+// A completion that came in between, whose release found no timeout to
+// cancel, or a slot not yet published, is caught here, as Kafka
+// re-checks after adding: the timeout and the Handle are let go of again.
+func AddTimeout(o *Op, c *core.Timer, user timer.Timer) (*Handle, error) {
+	e := o.entry()
+	var h *Handle
+	var err error
+	switch {
+	case c != nil:
+		if h, err = c.AddOp(e); err != nil && e.Handle() == nil {
+			// Closed: the operation is expired now, or left pending
+			// (WithLeavePendingOnShutdown), watched on a Handle of its
+			// own.
+			e.SetHandle(new(Handle))
+			h = e.Handle()
+		}
+	case user != nil && !e.Touched(): // a reset since the park has added it
+		h = e.Handle()
+		if h != nil {
+			err = user.Add(h)
+		}
+	default:
+		h = e.Handle()
+	}
+	if o.word().Load()&(stCompleted|stCancelled) != 0 {
+		e.Cancel()
+		e.Leave()
+		return nil, err
+	}
+	return h, err
+}
 
-// CancelTimerIfDone cancels the operation's timer entry if the operation
-// completed while it was being added (Kafka re-checks the same way after
-// adding): the completion's own Cancel may have run before the Add.
+// CancelTimerIfDone lets go of the operation's timeout and slots if it
+// completed while its timeout was being added (Kafka re-checks the same
+// way after adding): the completion's release may have run before the
+// Add.
 func CancelTimerIfDone(o *Op) {
 	if o.word().Load()&(stCompleted|stCancelled) != 0 {
 		o.entry().Cancel()
+		o.entry().Leave()
 	}
 }
 
@@ -893,16 +883,12 @@ func Reset(o *Op, d time.Duration) bool {
 // fired already: the expiry under way then decides, and completes it
 // unless another completion comes first. ResetIn of an operation whose
 // park has not yet added its timeout adds it; the park then stands aside
-// (Rescheduled).
+// (core.Timer.AddOp).
 func ResetIn(o *Op, c *core.Timer, d time.Duration) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
-	h := Task(o)
-	if h == nil {
-		return false
-	}
-	return c.Reschedule(h, min(d, MaxTimeout), (*resetGuard)(o))
+	return c.Reschedule(o.entry(), min(d, MaxTimeout), (*resetGuard)(o))
 }
 
 // resetGuard is an Op seen as a core.Guard: it may be rescheduled while it

@@ -36,7 +36,7 @@ func TestInitAgainDropsOptions(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, l, lifecycle.Lock(lo))
 	assert.True(t, o.ForceComplete())
-	assert.Nil(t, h.Op())
+	assert.Nil(t, lifecycle.OpOf(h))
 }
 
 // The operation's own lock excludes, blocks and wakes like a mutex.
@@ -79,7 +79,7 @@ func TestParkCountsOnce(t *testing.T) {
 	lo := lifecycle.Of(o)
 	h, ok := parkCounted(lo, &tr, 0, 3, false)
 	assert.True(t, ok)
-	assert.Same(t, lo, h.Op())
+	assert.Same(t, lo, lifecycle.OpOf(h))
 	_, ok = parkCounted(lo, &tr, 0, 5, false)
 	assert.False(t, ok, "parked twice")
 	c := tr.Counts()
@@ -87,7 +87,7 @@ func TestParkCountsOnce(t *testing.T) {
 	assert.Equal(t, int64(3), c.Watched)
 	assert.True(t, o.ForceComplete())
 	assert.False(t, o.ForceComplete())
-	assert.Nil(t, h.Op(), "completion clears the handle")
+	assert.Nil(t, lifecycle.OpOf(h), "completion clears the handle")
 	c = tr.Counts()
 	assert.Equal(t, int64(0), c.Pending)
 	assert.Equal(t, int64(0), c.Watched)
@@ -106,7 +106,7 @@ func TestCancel(t *testing.T) {
 	h, _ := parkCounted(lo, &tr, 0, 2, false)
 	assert.True(t, lifecycle.Cancel(lo))
 	assert.False(t, lifecycle.Cancel(lo))
-	assert.Nil(t, h.Op())
+	assert.Nil(t, lifecycle.OpOf(h))
 	assert.False(t, o.IsCompleted())
 	_, ok := parkCounted(lo, &tr, 0, 0, false)
 	assert.False(t, ok)
@@ -148,9 +148,10 @@ func TestReserve(t *testing.T) {
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {
-	h, r := lifecycle.Park(o, t, now, watches, deferred)
-	if r == lifecycle.Accepted {
-		lifecycle.Arrived(o, t, watches)
+	if r := lifecycle.Park(o, t, now, watches, deferred); r != lifecycle.Accepted {
+		return nil, false
 	}
-	return h, r == lifecycle.Accepted
+	h, _ := lifecycle.AddTimeout(o, t.Core, nil)
+	lifecycle.Arrived(o, t, watches)
+	return h, true
 }

@@ -213,13 +213,14 @@ func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) Refusal {
 		sl.pmu.Unlock()
 		return Full
 	}
-	_, x := o.publish(t, now, watches)
+	x := o.publish(t, now, watches)
 	for {
 		s := w.Load()
 		if s&unparkable != 0 {
 			// A ForceComplete (nothing else acts on an operation that is
 			// not parked): refused, as Park refuses it.
 			sl.pmu.Unlock()
+			o.entry().Leave()
 			t.release()
 			o.abandon(t, x, now)
 			return Already
@@ -274,7 +275,7 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 func (o *Op) tryComplete() (done bool) {
 	if t := o.tracker(); t != nil { // checkable: parked, so Park's write is seen
 		if t.Obs != nil {
-			o.h.Load().ext.Load().tries.Add(1) // kept: it has an ext
+			o.meta().tries.Add(1) // its own, with an Observer
 		}
 		defer func() {
 			if r := recover(); r != nil {

@@ -50,9 +50,10 @@ func at(tr *Tracker, name string, f func(o *Op)) {
 	}
 }
 
-// A ForceComplete that lands after Park published its Tracker and Handle
-// but before its CAS: Park fails, the operation was never counted, its
-// new Handle lets go of it, and OnComplete ran once.
+// A ForceComplete that lands after Park published its meta and Handle
+// (its own: the Tracker's timer keeps no slots) but before its CAS: Park
+// fails, the operation was never counted, its Handle lets go of it, and
+// OnComplete ran once.
 func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	t.Parallel()
 	o := newSeamOp(context.Background())
@@ -63,30 +64,30 @@ func TestForceCompleteBetweenPublishAndParkCAS(t *testing.T) {
 	assert.Nil(t, h)
 	assert.Equal(t, 1, o.completes)
 	assert.Equal(t, Counts{}, tr.Counts(), "nothing counted, nothing left")
-	assert.Nil(t, o.h.Load(), "the operation lets go of the handle Park made")
+	assert.Nil(t, o.entry().Handle(), "the operation lets go of the handle Park made")
 }
 
-// The same for an operation with a context, whose Handle is the one Init
-// made and Park keeps: the completion before the CAS neither reads nor
-// clears it (there is nothing to release yet), Park's failed CAS clears
-// what it wrote, and no AfterFunc is ever armed.
+// The same for an operation with a context, whose meta is the one Init
+// made and Park keeps: the completion before the CAS releases what there
+// is, Park's failed CAS lets go of the Handle it made, and no AfterFunc
+// is ever armed.
 func TestForceCompleteOfFatOpBetweenPublishAndParkCAS(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o := newSeamOp(ctx)
-	initHandle := o.h.Load()
-	require.NotNil(t, initHandle, "an operation with a context has its Handle from Init")
+	initMeta := o.fat()
+	require.NotNil(t, initMeta, "an operation with a context has its meta from Init")
 	var tr Tracker
 	at(&tr, "published", func(o *Op) {
-		require.NotNil(t, o.h.Load().Op(), "Park has filled in the Handle")
+		require.NotNil(t, OpOf(o.entry().Handle()), "Park has made the Handle")
 		require.True(t, ForceComplete(o))
 	})
 	h, ok := parkCounted(&o.Op, &tr, 0, 0, false)
 	assert.False(t, ok)
 	assert.Nil(t, h)
-	assert.Same(t, initHandle, o.h.Load(), "Park keeps Init's Handle")
-	assert.Nil(t, o.h.Load().Op(), "the failed park let go of the operation")
+	assert.Same(t, initMeta, o.fat(), "Park keeps Init's meta")
+	assert.Nil(t, o.entry().Handle(), "the failed park let go of the Handle")
 	assert.Nil(t, o.fat().stop.Load(), "no AfterFunc armed")
 	cancel()
 	assert.Equal(t, 1, o.completes)
@@ -179,7 +180,7 @@ func TestExpiryBetweenClockReadAndSwap(t *testing.T) {
 	assert.Zero(t, c.Pending)
 	require.Len(t, r.events, 2, "parked, then one departure: the loser tells nothing")
 	assert.Equal(t, event{"left", Expired, r.events[0].state, 1, int64(5 * time.Millisecond), 0}, r.events[1])
-	assert.Nil(t, o.h.Load().ext.Load().obs, "the state is let go at the departure")
+	assert.Nil(t, o.meta().obs, "the state is let go at the departure")
 }
 
 // A cancel between the clock read and the swap: the ForceComplete still

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"github.com/purgatory-go/purgatory/internal/core"
 	"sync/atomic"
 	"unsafe"
 )
@@ -40,6 +41,25 @@ type Tracker struct {
 	// Hooks are points between two steps where a test runs a competitor.
 	// Nil outside tests; set it before the Tracker is used.
 	Hooks *Hooks
+
+	// Core is the engine of the purgatory's timer if it is a timer of
+	// package timer, whose buckets' slots are the operations' Handles;
+	// nil otherwise, and a park gives each operation a Handle of its own.
+	// Set it before the Tracker is used.
+	Core *core.Timer
+
+	// thin is the meta of the operations that have nothing of their own
+	// (thinMeta).
+	thin meta
+}
+
+// thinMeta returns the meta the Tracker's operations share, which the
+// first park binds to it.
+func (t *Tracker) thinMeta() *meta {
+	if t.thin.t.Load() == nil {
+		t.thin.t.CompareAndSwap(nil, t)
+	}
+	return &t.thin
 }
 
 // Observer is what a Tracker tells of its operations' parks and

@@ -22,10 +22,13 @@ func TestTrackerStripeLayout(t *testing.T) {
 	assert.Zero(t, unsafe.Sizeof(s)%128)
 }
 
-// A handle with its extension, what an observed or fat operation costs
-// instead of a 16-byte Handle, stays within the 96-byte size class.
-func TestExtHandleSize(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(extHandle{}), uintptr(96))
+// A meta of an operation's own, what an observed or fat operation costs
+// beside its Op, stays within the 96-byte size class; an Op, with its
+// timer entry, is 64 bytes, the class of an operation with no fields of
+// its own.
+func TestMetaAndOpSizes(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(meta{}), uintptr(96))
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(Op{}))
 }
 
 // Live, read while operations are parked, watched and completed on other
@@ -118,9 +121,10 @@ func TestLiveAcrossWrappedSums(t *testing.T) {
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Handle, bool) {
-	h, r := Park(o, t, now, watches, deferred)
-	if r == Accepted {
-		Arrived(o, t, watches)
+	if r := Park(o, t, now, watches, deferred); r != Accepted {
+		return nil, false
 	}
-	return h, r == Accepted
+	h, _ := AddTimeout(o, t.Core, nil)
+	Arrived(o, t, watches)
+	return h, true
 }

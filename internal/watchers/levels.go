@@ -69,7 +69,7 @@ func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 	lv := l.lv
 	w := end // live entries are packed down to lv[w:end]
 	for r := end - 1; r >= l.lvHead; r-- {
-		if lv[r].h.Live() {
+		if lifecycle.Live(lv[r].h) {
 			w--
 			lv[w] = lv[r]
 		}
@@ -79,7 +79,7 @@ func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 	l.lvHead = w
 	if live != nil {
 		for _, e := range lv[w:end] {
-			if op := e.h.Op(); op != nil {
+			if op := lifecycle.OpOf(e.h); op != nil {
 				live(op)
 			}
 		}
@@ -94,7 +94,7 @@ func (l *entries) compactLevelsLocked(live func(*lifecycle.Op)) int {
 	lv := l.lv
 	w := l.lvHead
 	for r := l.lvHead; r < len(lv); r++ {
-		op := lv[r].h.Op()
+		op := lifecycle.OpOf(lv[r].h)
 		if op == nil {
 			continue
 		}

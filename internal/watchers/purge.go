@@ -1,6 +1,7 @@
 package watchers
 
 import (
+	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"slices"
 	"sync"
 )
@@ -121,7 +122,7 @@ func (l *list[K]) purgeSliceLocked(chunk, level *int, budget int) (dropped, visi
 	if l.more != nil {
 		return l.more.purgeSliceLocked(chunk, level, budget)
 	}
-	if l.one != nil && !l.one.Live() {
+	if l.one != nil && !lifecycle.Live(l.one) {
 		l.one = nil
 		return 1, 1, true
 	}
@@ -144,7 +145,7 @@ func (l *entries) purgeSliceLocked(chunk, level *int, budget int) (dropped, visi
 		wc, wi := start, 0
 		for i := start; i < end; i++ {
 			for _, h := range l.chunks[i] { // the header as it was: what to read
-				if !h.Live() {
+				if !lifecycle.Live(h) {
 					dropped++
 					continue
 				}
@@ -195,7 +196,7 @@ func (l *entries) purgeSliceLocked(chunk, level *int, budget int) (dropped, visi
 		b := min(a+max(budget-visited, 1), len(lv))
 		w := a
 		for r := a; r < b; r++ {
-			if lv[r].h.Live() {
+			if lifecycle.Live(lv[r].h) {
 				lv[w] = lv[r]
 				w++
 			}

@@ -19,8 +19,9 @@ func parkOp(t *testing.T, n int) (*optest.Op, *lifecycle.Handle) {
 	t.Helper()
 	o := optest.New(time.Hour)
 	lo := lifecycle.Of(o)
-	h, r := lifecycle.Park(lo, &purgeTracker, 0, n, false)
-	require.Equal(t, lifecycle.Accepted, r)
+	require.Equal(t, lifecycle.Accepted, lifecycle.Park(lo, &purgeTracker, 0, n, false))
+	h, err := lifecycle.AddTimeout(lo, nil, nil)
+	require.NoError(t, err)
 	lifecycle.Arrived(lo, &purgeTracker, n)
 	return o, h
 }
@@ -82,7 +83,7 @@ func checkLists(t *testing.T, w *Watchers[string]) map[string][]*lifecycle.Handl
 func live(hs []*lifecycle.Handle) []*lifecycle.Op {
 	var ops []*lifecycle.Op
 	for _, h := range hs {
-		if op := h.Op(); op != nil {
+		if op := lifecycle.OpOf(h); op != nil {
 			ops = append(ops, op)
 		}
 	}

@@ -413,7 +413,7 @@ func (l *list[K]) compactLocked(live func(*lifecycle.Op)) int {
 	if l.one == nil {
 		return 0
 	}
-	op := l.one.Op()
+	op := lifecycle.OpOf(l.one)
 	if op == nil {
 		l.one = nil
 		return 1
@@ -428,7 +428,7 @@ func (l *entries) compactLocked(live func(*lifecycle.Op)) int {
 	wc, wi := 0, 0 // write position: chunk, index
 	for _, c := range l.chunks {
 		for _, h := range c {
-			op := h.Op()
+			op := lifecycle.OpOf(h)
 			if op == nil {
 				continue
 			}
@@ -583,7 +583,7 @@ func (w *Watchers[K]) Remove(key K) []*lifecycle.Op {
 	var ops []*lifecycle.Op
 	seen := make(map[*lifecycle.Op]struct{}, n)
 	l.each(func(h *lifecycle.Handle) {
-		if op := h.Op(); op != nil {
+		if op := lifecycle.OpOf(h); op != nil {
 			if _, dup := seen[op]; !dup {
 				seen[op] = struct{}{}
 				ops = append(ops, op)
@@ -628,7 +628,7 @@ func (w *Watchers[K]) Each(f func(*lifecycle.Op)) {
 		for _, head := range sh.lists {
 			for l := head; l != nil; l = l.next {
 				l.each(func(h *lifecycle.Handle) {
-					if op := h.Op(); op != nil {
+					if op := lifecycle.OpOf(h); op != nil {
 						if _, dup := seen[op]; !dup {
 							seen[op] = struct{}{}
 							ops = append(ops, op)

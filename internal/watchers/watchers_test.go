@@ -330,9 +330,10 @@ func TestWatchReportsChecksSinceMark(t *testing.T) {
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {
-	h, r := lifecycle.Park(o, t, now, watches, deferred)
-	if r == lifecycle.Accepted {
-		lifecycle.Arrived(o, t, watches)
+	if r := lifecycle.Park(o, t, now, watches, deferred); r != lifecycle.Accepted {
+		return nil, false
 	}
-	return h, r == lifecycle.Accepted
+	h, _ := lifecycle.AddTimeout(o, t.Core, nil)
+	lifecycle.Arrived(o, t, watches)
+	return h, true
 }
