@@ -42,49 +42,62 @@ const (
 	maxValueBytes  = 1 << 20
 )
 
-// poll is one GET /wait. TryComplete runs with the poll's lock held and
-// takes the store's lock inside it (see notify). OnComplete runs once, on
-// whichever goroutine completed the poll (a notify's, the reaper's at the
-// timeout, the context's when the client hangs up, Shutdown's), so it only
-// hands the cause to the handler, which writes the answer, and never blocks.
+// poll is one GET /wait. TryComplete runs with the poll's lock held, as
+// often as notifies on its key come; it reads the key's newest entry
+// without a lock. OnComplete runs once, on whichever goroutine completed the
+// poll (a notify's, the reaper's at the timeout, Shutdown's, the handler's
+// when its client hangs up), so it only wakes the handler, which writes the
+// answer, and never blocks.
 type poll struct {
 	operation.Base
-	store *store
-	key   string
+	key   *watchedKey
 	after uint64
-	done  chan error // buffered 1: OnComplete's send never waits
+	done  chan struct{} // closed by OnComplete; Cause then says why
 }
 
 func (p *poll) TryComplete() bool {
-	if p.store.get(p.key).Version > p.after {
+	if p.key.newest.Load().Version > p.after {
 		return p.ForceComplete()
 	}
 	return false
 }
 
-func (p *poll) OnComplete()   { p.done <- p.Cause() } // nil when a version past after arrived
+func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {
 	store store
+	keys  keys // the keys parked polls wait on
 	polls *purgatory.Purgatory[string, *poll]
-	times timing.Recorder // time in purgatory by outcome, for /metrics
+	times *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
 	mux   http.ServeMux
 }
 
-// newServer returns a server that parks at most maxPending polls at once;
-// zero means no bound. Shutting its purgatory down answers the parked
-// polls with 503, and later ones the same way.
-func newServer(maxPending int) (*server, error) {
+// config is what main's flags set.
+type config struct {
+	maxPending int  // polls parked at once before 503; zero means no bound
+	timing     bool // keep time-in-purgatory histograms for /metrics
+}
+
+// newServer returns a server. Shutting its purgatory down answers the
+// parked polls with 503, and later ones the same way.
+func newServer(c config) (*server, error) {
 	s := &server{}
+	opts := []purgatory.Option{purgatory.WithMaxPending(c.maxPending)}
+	var metricOpts []purgatoryprom.AddOption
+	if c.timing {
+		// The observer hears of every park and departure, and each
+		// parked poll then holds 80 bytes more (README, "The figures").
+		s.times = new(timing.Recorder)
+		opts = append(opts, purgatory.WithObserver(s.times))
+		metricOpts = append(metricOpts, purgatoryprom.WithTimes(s.times))
+	}
 	var err error
-	s.polls, err = purgatory.New[string, *poll]("LongPoll",
-		purgatory.WithMaxPending(maxPending), purgatory.WithObserver(&s.times))
-	if err != nil {
+	if s.polls, err = purgatory.New[string, *poll]("LongPoll", opts...); err != nil {
 		return nil, err
 	}
 	metrics := purgatoryprom.NewCollector()
-	_ = metrics.Add("LongPoll", s.polls, purgatoryprom.WithTimes(&s.times)) // one fixed, valid name
+	_ = metrics.Add("LongPoll", s.polls, metricOpts...) // one fixed, valid name
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	s.mux.HandleFunc("GET /wait", s.wait)
@@ -111,31 +124,45 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("timeout must be a Go duration from 0s to %v", maxTimeout), http.StatusBadRequest)
 		return
 	}
-	p := &poll{store: &s.store, key: key, after: after, done: make(chan error, 1)}
-	// The request's context ends when the client hangs up: the poll then
-	// leaves the purgatory at once instead of holding its place until the
-	// timeout.
-	p.Init(p, timeout, operation.WithContext(r.Context()))
-	if _, err := s.polls.TryCompleteElseWatch(p, p.key); err != nil {
+	k := s.keys.hold(key)
+	defer s.keys.release(k)
+	if !k.filled.Load() {
+		// The first poll on a key reads its entry; a poll that held the
+		// key meanwhile and parked on version 0 is checked again.
+		if k.advance(s.store.get(key)) {
+			s.polls.CheckAndComplete(key)
+		}
+		k.filled.Store(true)
+	}
+	p := &poll{key: k, after: after, done: make(chan struct{})}
+	p.Init(p, timeout)
+	if _, err := s.polls.TryCompleteElseWatch(p, key); err != nil {
 		// ErrFull (WithMaxPending) or ErrShutdown: nothing was parked.
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	switch cause := <-p.done; {
+	select {
+	case <-p.done:
+	case <-r.Context().Done():
+		// The client hung up: take the poll out of the purgatory now, not
+		// at its timeout. If a notify or the timeout completed it first,
+		// this does nothing; either way nobody is left to answer.
+		p.ForceComplete()
+		return
+	}
+	switch cause := p.Cause(); {
 	case cause == nil:
-		// Versions only rise, so the value read now is past after too,
-		// and is the newest there is.
-		writeJSON(w, s.store.get(p.key).answer(p.key))
+		// Versions only rise, so the newest entry is past after too.
+		writeJSON(w, k.newest.Load().answer(key))
 	case errors.Is(cause, operation.ErrExpired):
 		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(cause, purgatory.ErrShutdown):
+	default: // purgatory.ErrShutdown
 		// The server is stopping before the timeout the client asked for:
 		// 503 tells it to retry, here or elsewhere, rather than 204's
 		// "nothing changed", which would be a claim about a wait not made.
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
-	default: // the client hung up: nobody to answer
 	}
 }
 
@@ -155,14 +182,14 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// watching the key, or is watched by the time CheckAndComplete looks:
 	// the purgatory's lock story covers both. Checking before storing would
 	// let a poll parked in between wait for the next notify or its timeout.
-	//
-	// put releases the store's lock before the check. CheckAndComplete runs
-	// each poll's TryComplete, which takes that lock to read the version:
-	// held across the check, a sync.Mutex would deadlock this goroutine on
-	// the first poll it tried.
-	version := s.store.put(key, string(value))
-	woken := s.polls.CheckAndComplete(key)
-	writeJSON(w, map[string]any{"version": version, "woken": woken})
+	// No lock of ours is held across the check: it runs TryCompletes, and
+	// one that waited for a lock its caller holds would never return.
+	e := s.store.put(key, string(value))
+	woken := 0
+	if s.keys.advance(key, e) { // no poll holds the key: nobody to check
+		woken = s.polls.CheckAndComplete(key)
+	}
+	writeJSON(w, map[string]any{"version": e.Version, "woken": woken})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -208,13 +235,15 @@ func serve(ctx context.Context, ln net.Listener, s *server) error {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
-	maxPending := flag.Int("max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
+	var c config
+	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
+	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := newServer(*maxPending)
+	s, err := newServer(c)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package main
 
-import "sync"
+import (
+	"cmp"
+	"sync"
+)
 
 // entry is a key's value and its version, which starts at 0 (no value yet)
 // and rises by one with each notify.
@@ -23,23 +26,24 @@ func (e entry) answer(key string) any {
 // The zero store is empty and ready for use.
 type store struct {
 	mu   sync.Mutex // guards keys; never held while calling into the purgatory
-	keys map[string]entry
+	keys map[string]*entry
 }
 
-func (s *store) get(key string) entry {
+// get returns key's newest entry: version 0 if it has none.
+func (s *store) get(key string) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[key]
+	return cmp.Or(s.keys[key], noEntry)
 }
 
-// put stores value as key's newest entry and returns its version.
-func (s *store) put(key, value string) uint64 {
+// put stores value as key's newest entry and returns it.
+func (s *store) put(key, value string) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.keys == nil {
-		s.keys = make(map[string]entry)
+		s.keys = make(map[string]*entry)
 	}
-	e := entry{Version: s.keys[key].Version + 1, Value: value}
+	e := &entry{Version: cmp.Or(s.keys[key], noEntry).Version + 1, Value: value}
 	s.keys[key] = e
-	return e.Version
+	return e
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// watchedKey is a key that parked polls wait on, with the newest entry this
+// server knows for it. Polls read it in TryComplete without a lock.
+type watchedKey struct {
+	name   string
+	newest atomic.Pointer[entry] // never nil; its Version only rises
+	filled atomic.Bool           // newest has been read from the store at least once
+	polls  int                   // polls holding it; guarded by keys.mu
+}
+
+// advance makes e the newest entry if it is newer than the one known, and
+// reports whether it was: then the polls on the key must be checked. An
+// older entry, arriving late, changes nothing.
+func (k *watchedKey) advance(e *entry) bool {
+	for {
+		cur := k.newest.Load()
+		if e.Version <= cur.Version {
+			return false
+		}
+		if k.newest.CompareAndSwap(cur, e) {
+			return true
+		}
+	}
+}
+
+// keys holds the keys that parked polls wait on: a poll holds its key from
+// before it parks until its handler has answered, and a key nobody holds is
+// dropped. The zero keys is empty and ready for use.
+type keys struct {
+	mu sync.Mutex // guards m and each watchedKey's polls
+	m  map[string]*watchedKey
+}
+
+var noEntry = &entry{} // version 0: what a key is before anything is known of it
+
+// hold returns name's watchedKey, counting one more poll on it.
+func (ks *keys) hold(name string) *watchedKey {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	k := ks.m[name]
+	if k == nil {
+		if ks.m == nil {
+			ks.m = make(map[string]*watchedKey)
+		}
+		k = &watchedKey{name: name}
+		k.newest.Store(noEntry)
+		ks.m[name] = k
+	}
+	k.polls++
+	return k
+}
+
+// release counts one poll fewer on k, and forgets k when none is left.
+func (ks *keys) release(k *watchedKey) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if k.polls--; k.polls == 0 {
+		delete(ks.m, k.name)
+	}
+}
+
+// advance records e as name's newest entry if a poll holds name and e is
+// newer than what it knows, and reports whether it did.
+func (ks *keys) advance(name string, e *entry) bool {
+	ks.mu.Lock()
+	k := ks.m[name]
+	ks.mu.Unlock()
+	return k != nil && k.advance(e)
+}
