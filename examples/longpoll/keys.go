@@ -10,7 +10,7 @@ import (
 type watchedKey struct {
 	name   string
 	newest atomic.Pointer[entry] // never nil; its Version only rises
-	filled atomic.Bool           // newest has been read from the store at least once
+	filled atomic.Bool           // newest has been read from the store since the listener was last up
 	polls  int                   // polls holding it; guarded by keys.mu
 }
 
@@ -37,8 +37,6 @@ type keys struct {
 	m  map[string]*watchedKey
 }
 
-var noEntry = &entry{} // version 0: what a key is before anything is known of it
-
 // hold returns name's watchedKey, counting one more poll on it.
 func (ks *keys) hold(name string) *watchedKey {
 	ks.mu.Lock()
@@ -63,6 +61,17 @@ func (ks *keys) release(k *watchedKey) {
 	if k.polls--; k.polls == 0 {
 		delete(ks.m, k.name)
 	}
+}
+
+// held returns the keys that polls hold now.
+func (ks *keys) held() []*watchedKey {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	held := make([]*watchedKey, 0, len(ks.m))
+	for _, k := range ks.m {
+		held = append(held, k)
+	}
+	return held
 }
 
 // advance records e as name's newest entry if a poll holds name and e is

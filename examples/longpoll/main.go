@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,23 +67,29 @@ func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {
-	store store
-	keys  keys // the keys parked polls wait on
-	polls *purgatory.Purgatory[string, *poll]
-	times *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
-	mux   http.ServeMux
+	store  store       // where keys' entries live, and how their changes are heard
+	keys   keys        // the keys parked polls wait on
+	listen atomic.Bool // the store's announcements are heard: new polls may park
+	stop   func()      // stops listening to the store
+	polls  *purgatory.Purgatory[string, *poll]
+	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
+	mux    http.ServeMux
 }
 
 // config is what main's flags set.
 type config struct {
-	maxPending int  // polls parked at once before 503; zero means no bound
-	timing     bool // keep time-in-purgatory histograms for /metrics
+	maxPending int   // polls parked at once before 503; zero means no bound
+	timing     bool  // keep time-in-purgatory histograms for /metrics
+	store      store // nil: a memStore, for one server alone
 }
 
-// newServer returns a server. Shutting its purgatory down answers the
+// newServer returns a server listening to its store. close answers its
 // parked polls with 503, and later ones the same way.
 func newServer(c config) (*server, error) {
-	s := &server{}
+	s := &server{store: c.store}
+	if s.store == nil {
+		s.store = new(memStore)
+	}
 	opts := []purgatory.Option{purgatory.WithMaxPending(c.maxPending)}
 	var metricOpts []purgatoryprom.AddOption
 	if c.timing {
@@ -103,7 +110,15 @@ func newServer(c config) (*server, error) {
 	s.mux.HandleFunc("GET /wait", s.wait)
 	s.mux.HandleFunc("POST /notify", s.notify)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.stop = s.store.listen(s)
 	return s, nil
+}
+
+// close expires every parked poll (503) and stops listening to the store.
+func (s *server) close(ctx context.Context) error {
+	err := s.polls.Shutdown(ctx)
+	s.stop()
+	return err
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -124,22 +139,28 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("timeout must be a Go duration from 0s to %v", maxTimeout), http.StatusBadRequest)
 		return
 	}
+	if !s.listen.Load() {
+		unavailable(w, "store unreachable")
+		return
+	}
 	k := s.keys.hold(key)
 	defer s.keys.release(k)
 	if !k.filled.Load() {
 		// The first poll on a key reads its entry; a poll that held the
-		// key meanwhile and parked on version 0 is checked again.
-		if k.advance(s.store.get(key)) {
-			s.polls.CheckAndComplete(key)
+		// key meanwhile and parked on an older one is checked again.
+		es, err := s.store.get(r.Context(), key)
+		if err != nil {
+			unavailable(w, "store unreachable")
+			return
 		}
+		s.advance(k, es[0])
 		k.filled.Store(true)
 	}
 	p := &poll{key: k, after: after, done: make(chan struct{})}
 	p.Init(p, timeout)
 	if _, err := s.polls.TryCompleteElseWatch(p, key); err != nil {
 		// ErrFull (WithMaxPending) or ErrShutdown: nothing was parked.
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		unavailable(w, err.Error())
 		return
 	}
 	select {
@@ -161,9 +182,14 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		// The server is stopping before the timeout the client asked for:
 		// 503 tells it to retry, here or elsewhere, rather than 204's
 		// "nothing changed", which would be a claim about a wait not made.
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		unavailable(w, "server shutting down")
 	}
+}
+
+// unavailable answers 503: try again in a second, here or on another server.
+func unavailable(w http.ResponseWriter, why string) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, why, http.StatusServiceUnavailable)
 }
 
 func (s *server) notify(w http.ResponseWriter, r *http.Request) {
@@ -184,12 +210,63 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// let a poll parked in between wait for the next notify or its timeout.
 	// No lock of ours is held across the check: it runs TryCompletes, and
 	// one that waited for a lock its caller holds would never return.
-	e := s.store.put(key, string(value))
-	woken := 0
-	if s.keys.advance(key, e) { // no poll holds the key: nobody to check
-		woken = s.polls.CheckAndComplete(key)
+	e, err := s.store.put(r.Context(), key, string(value))
+	if err != nil {
+		unavailable(w, "store unreachable")
+		return
 	}
-	writeJSON(w, map[string]any{"version": e.Version, "woken": woken})
+	// woken counts this server's polls; the store announces the change to
+	// the others, which check theirs.
+	writeJSON(w, map[string]any{"version": e.Version, "woken": s.heard(key, e)})
+}
+
+// heard checks the polls on key, if this server holds it and e is newer
+// than the entry it knew, and returns how many it answered.
+func (s *server) heard(key string, e *entry) int {
+	if !s.keys.advance(key, e) {
+		return 0
+	}
+	return s.polls.CheckAndComplete(key)
+}
+
+// advance is heard for a key whose record the caller has.
+func (s *server) advance(k *watchedKey, e *entry) {
+	if k.advance(e) {
+		s.polls.CheckAndComplete(k.name)
+	}
+}
+
+// The server is its store's listener.
+
+func (s *server) changed(key string, e *entry) { s.heard(key, e) }
+
+// up reads the entry of every key that polls hold, which may have changed
+// while nothing was heard, before new polls may park again: a poll whose
+// key moved on meanwhile is answered now rather than at its timeout.
+func (s *server) up(ctx context.Context) error {
+	held := s.keys.held()
+	names := make([]string, len(held))
+	for i, k := range held {
+		names[i] = k.name
+	}
+	es, err := s.store.get(ctx, names...)
+	if err != nil {
+		return err
+	}
+	for i, k := range held {
+		s.advance(k, es[i])
+	}
+	s.listen.Store(true)
+	return nil
+}
+
+// lost stops new polls from parking until the next up: they would wait on
+// entries that nothing keeps fresh. Parked polls wait on, for an answer up
+// finds or their timeouts.
+func (s *server) lost(err error) {
+	if s.listen.Swap(false) {
+		log.Printf("longpoll: lost the store (%v): refusing polls until it is back", err)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -222,11 +299,11 @@ func serve(ctx context.Context, ln net.Listener, s *server) error {
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		return errors.Join(err, s.polls.Shutdown(context.Background()))
+		return errors.Join(err, s.close(context.Background()))
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := errors.Join(s.polls.Shutdown(sctx), hs.Shutdown(sctx))
+	err := errors.Join(s.close(sctx), hs.Shutdown(sctx))
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -238,7 +315,13 @@ func main() {
 	var c config
 	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
 	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
+	redisAddr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
 	flag.Parse()
+	if *redisAddr != "" {
+		rs := newRedisStore(*redisAddr)
+		defer rs.client.Close()
+		c.store = rs
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
