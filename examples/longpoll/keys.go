@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log"
 	"sync"
 	"sync/atomic"
 )
@@ -81,4 +83,55 @@ func (ks *keys) advance(name string, e *entry) bool {
 	k := ks.m[name]
 	ks.mu.Unlock()
 	return k != nil && k.advance(e)
+}
+
+// heard checks the polls on key, if this server holds it and e is newer
+// than the entry it knew, and returns how many it answered.
+func (s *server) heard(key string, e *entry) int {
+	if !s.keys.advance(key, e) {
+		return 0
+	}
+	return s.polls.CheckAndComplete(key)
+}
+
+// advance is heard for a key whose record the caller has.
+func (s *server) advance(k *watchedKey, e *entry) {
+	if k.advance(e) {
+		s.polls.CheckAndComplete(k.name)
+	}
+}
+
+// The server is its store's listener.
+
+func (s *server) changed(key string, e *entry) { s.heard(key, e) }
+
+// up reads the entry of every key that polls hold, which may have changed
+// while nothing was heard, before new polls may park again: a poll whose
+// key moved on meanwhile is answered now rather than at its timeout.
+func (s *server) up(ctx context.Context) error {
+	held := s.keys.held()
+	names := make([]string, len(held))
+	for i, k := range held {
+		names[i] = k.name
+	}
+	es, err := s.store.get(ctx, names...)
+	if err != nil {
+		return err
+	}
+	for i, k := range held {
+		s.advance(k, es[i])
+	}
+	if _, alone := s.store.(*memStore); !s.listen.Swap(true) && !alone {
+		log.Printf("longpoll: listening to the store; read the %d keys polls wait on", len(held))
+	}
+	return nil
+}
+
+// lost stops new polls from parking until the next up: they would wait on
+// entries that nothing keeps fresh. Parked polls wait on, for an answer up
+// finds or their timeouts.
+func (s *server) lost(err error) {
+	if s.listen.Swap(false) {
+		log.Printf("longpoll: lost the store (%v): refusing polls until it is back", err)
+	}
 }
