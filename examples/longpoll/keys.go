@@ -121,9 +121,10 @@ func (s *server) up(ctx context.Context) error {
 	for i, k := range held {
 		s.advance(k, es[i])
 	}
-	if _, alone := s.store.(*memStore); !s.listen.Swap(true) && !alone {
-		log.Printf("longpoll: listening to the store; read the %d keys polls wait on", len(held))
+	if !s.listen.Swap(true) && s.wasUp {
+		log.Printf("longpoll: listening to the store again; read the %d keys polls wait on", len(held))
 	}
+	s.wasUp = true
 	return nil
 }
 

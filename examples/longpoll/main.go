@@ -70,6 +70,7 @@ type server struct {
 	store  store       // where keys' entries live, and how their changes are heard
 	keys   keys        // the keys parked polls wait on
 	listen atomic.Bool // the store's announcements are heard: new polls may park
+	wasUp  bool        // up succeeded before; only the listener's calls use it, one at a time
 	stop   func()      // stops listening to the store
 	polls  *purgatory.Purgatory[string, *poll]
 	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
