@@ -2,12 +2,15 @@
 // for a key to change; a notify answers every client waiting on its key.
 //
 //	GET  /wait?key=K&after=V&timeout=D  200 {"key","version","value"} once K's version exceeds V,
-//	                                    204 at the timeout, 503 + Retry-After when full or stopping
+//	                                    204 at the timeout, 503 + Retry-After when full, stopping
+//	                                    or without its store
 //	POST /notify?key=K                  stores the body as K's value: 200 {"version","woken"}
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
-// bench_test.go compares it with the usual Go long poll: a channel per key
-// and a time.After per request.
+// Alone, it keeps keys in memory; with -redis, it is one of several servers
+// sharing them through Redis (store.go, redis.go). bench_test.go compares
+// it with the usual Go long poll: a channel per key and a time.After per
+// request.
 package main
 
 import (
@@ -95,7 +98,7 @@ func newServer(c config) (*server, error) {
 	var metricOpts []purgatoryprom.AddOption
 	if c.timing {
 		// The observer hears of every park and departure, and each
-		// parked poll then holds 80 bytes more (README, "The figures").
+		// parked poll then holds 80 bytes more (README, "What the figures say").
 		s.times = new(timing.Recorder)
 		opts = append(opts, purgatory.WithObserver(s.times))
 		metricOpts = append(metricOpts, purgatoryprom.WithTimes(s.times))

@@ -15,10 +15,10 @@ import (
 
 // redisStore is a store that servers share through Redis. Each key is a
 // hash of two fields, version and value, under "longpoll:" and the key's
-// name; a put changes both and publishes the change on the channel
-// "longpoll", to which every server's listen subscribes, in one script,
-// so that no server can read a version without its value or miss a
-// change it did not read.
+// name. A put changes both and publishes the change on the channel
+// "longpoll", to which every server's listen subscribes, in one script:
+// a version never exists without its value, nor a change without its
+// announcement.
 type redisStore struct {
 	client *redis.Client
 	id     string // in each change it announces, so that its own listen skips them
@@ -110,12 +110,9 @@ func (r *redisStore) listen(l listener) (stop func()) {
 					sleep(ctx, 100*time.Millisecond) // then Receive dials again
 				}
 			case *redis.Subscription:
-				for ctx.Err() == nil {
-					if err := l.up(ctx); err == nil {
-						break
-					} else {
-						l.lost(err)
-					}
+				// Messages wait in the connection while up reads the keys.
+				for err := l.up(ctx); err != nil && ctx.Err() == nil; err = l.up(ctx) {
+					l.lost(err)
 					sleep(ctx, 100*time.Millisecond)
 				}
 			case *redis.Message:
