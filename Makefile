@@ -118,12 +118,15 @@ broker: deps
 
 # longpoll: the long-poll HTTP server of examples/longpoll on 127.0.0.1:8080
 # until Ctrl-C, built and exec'd as broker is. It exits 0 once it has
-# answered every parked poll.
-LONGPOLL_ADDR ?= 127.0.0.1:8080
-LONGPOLL_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-longpoll
+# answered every parked poll. Alone and in memory, unless LONGPOLL_REDIS
+# names a Redis (host:port) it then shares its keys through with other
+# servers: make longpoll LONGPOLL_ADDR=127.0.0.1:8081 LONGPOLL_REDIS=127.0.0.1:6379
+LONGPOLL_ADDR  ?= 127.0.0.1:8080
+LONGPOLL_REDIS ?=
+LONGPOLL_BIN   ?= $(or $(TMPDIR),/tmp)/purgatory-longpoll
 longpoll: deps
 	cd examples && $(GO) build -o $(LONGPOLL_BIN) ./longpoll
-	exec $(LONGPOLL_BIN) -addr $(LONGPOLL_ADDR)
+	exec $(LONGPOLL_BIN) -addr $(LONGPOLL_ADDR) $(if $(LONGPOLL_REDIS),-redis $(LONGPOLL_REDIS))
 
 clean:
 	$(GO) clean -testcache

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,7 +31,7 @@ type impl struct {
 
 var impls = []impl{
 	{"purgatory", func(b *testing.B) (http.Handler, func() int, func()) {
-		s, err := newServer(0)
+		s, err := newServer(config{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -160,6 +161,7 @@ func report(b *testing.B, per [2]float64, unit string) {
 func BenchmarkHeldPoll(b *testing.B) {
 	const polls, keys = 10_000, 1_000
 	var heap, stack [2]float64
+	warmGoroutines(polls)
 	each(b, func(i, s int, srv served) {
 		r := newRound(polls, keys, "5m", i) // each round's notifies move every key on by one
 		var before, after runtime.MemStats
@@ -182,6 +184,20 @@ func BenchmarkHeldPoll(b *testing.B) {
 	}
 	report(b, heap, "heap-B/poll")
 	report(b, stack, "stack-B/poll")
+}
+
+// warmGoroutines starts n goroutines and lets them end. The runtime keeps
+// the descriptor of every goroutine it has made for reuse, so the first
+// round of polls in a process allocates n of them, which would be counted
+// against whichever server happened to serve first.
+func warmGoroutines(n int) {
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { <-release })
+	}
+	close(release)
+	wg.Wait()
 }
 
 // BenchmarkWakeAll reports, for 10,000 polls parked on one key, the time
@@ -242,6 +258,66 @@ func BenchmarkPollCPU(b *testing.B) {
 				cpu[s] /= float64(b.N) * polls
 			}
 			report(b, cpu, "cpu-ns/poll")
+		})
+	}
+}
+
+// BenchmarkPoll serves, in each iteration, 10 polls on one key from start
+// to end on one server: answered by one notify (end=notified), or left to
+// a 1ms timeout (end=expired), or answered at once because the key is
+// already past after (end=answered: what both servers share). Unlike the benchmarks above it runs one
+// server at a time, so that icount.sh counts the instructions of each:
+//
+//	bash ../../shared/tools/icount.sh -n 2000 ./longpoll 'BenchmarkPoll/^impl=purgatory$/^end=notified$'
+//
+// Each iteration pays for what a request brings (a cancellable context, a
+// goroutine) on both servers alike; divide by 10 for a poll.
+func BenchmarkPoll(b *testing.B) {
+	const polls = 10
+	for _, im := range impls {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			for _, end := range []string{"notified", "expired", "answered"} {
+				b.Run("end="+end, func(b *testing.B) {
+					h, parked, stop := im.new(b)
+					defer stop()
+					tmpl := httptest.NewRequest("GET", "/wait", nil)
+					ws := make([]*writer, polls)
+					for j := range ws {
+						ws[j] = &writer{h: make(http.Header)}
+					}
+					notify := httptest.NewRequest("POST", "/notify?key=k", nil)
+					nw := &writer{h: make(http.Header)}
+					for i := 0; b.Loop(); i++ {
+						switch end {
+						case "notified":
+							tmpl.URL.RawQuery = "key=k&timeout=5m&after=" + strconv.Itoa(i)
+						case "expired":
+							tmpl.URL.RawQuery = "key=x&timeout=1ms"
+						case "answered":
+							tmpl.URL.RawQuery = "key=k&timeout=5m&after=0"
+							if i == 0 {
+								h.ServeHTTP(nw, notify)
+							}
+						}
+						var wg sync.WaitGroup
+						for j := range polls {
+							ctx, cancel := context.WithCancel(context.Background())
+							req := tmpl.WithContext(ctx)
+							wg.Go(func() {
+								h.ServeHTTP(ws[j], req)
+								cancel()
+							})
+						}
+						if end == "notified" {
+							for parked() != polls {
+								runtime.Gosched()
+							}
+							h.ServeHTTP(nw, notify)
+						}
+						wg.Wait()
+					}
+				})
+			}
 		})
 	}
 }

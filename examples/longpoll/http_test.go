@@ -27,7 +27,7 @@ type live struct {
 
 func startLive(t *testing.T, maxPending int) *live {
 	t.Helper()
-	s, err := newServer(maxPending)
+	s, err := newServer(config{maxPending: maxPending})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

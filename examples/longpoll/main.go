@@ -2,12 +2,15 @@
 // for a key to change; a notify answers every client waiting on its key.
 //
 //	GET  /wait?key=K&after=V&timeout=D  200 {"key","version","value"} once K's version exceeds V,
-//	                                    204 at the timeout, 503 + Retry-After when full or stopping
+//	                                    204 at the timeout, 503 + Retry-After when full, stopping
+//	                                    or without its store
 //	POST /notify?key=K                  stores the body as K's value: 200 {"version","woken"}
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
-// bench_test.go compares it with the usual Go long poll: a channel per key
-// and a time.After per request.
+// Alone, it keeps keys in memory; with -redis, it is one of several servers
+// sharing them through Redis (store.go, redis.go). bench_test.go compares
+// it with the usual Go long poll: a channel per key and a time.After per
+// request.
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,55 +46,83 @@ const (
 	maxValueBytes  = 1 << 20
 )
 
-// poll is one GET /wait. TryComplete runs with the poll's lock held and
-// takes the store's lock inside it (see notify). OnComplete runs once, on
-// whichever goroutine completed the poll (a notify's, the reaper's at the
-// timeout, the context's when the client hangs up, Shutdown's), so it only
-// hands the cause to the handler, which writes the answer, and never blocks.
+// poll is one GET /wait. TryComplete runs with the poll's lock held, as
+// often as notifies on its key come; it reads the key's newest entry
+// without a lock. OnComplete runs once, on whichever goroutine completed the
+// poll (a notify's, the reaper's at the timeout, Shutdown's, the handler's
+// when its client hangs up), so it only wakes the handler, which writes the
+// answer, and never blocks.
 type poll struct {
 	operation.Base
-	store *store
-	key   string
+	key   *watchedKey
 	after uint64
-	done  chan error // buffered 1: OnComplete's send never waits
+	done  chan struct{} // closed by OnComplete; Cause then says why
 }
 
 func (p *poll) TryComplete() bool {
-	if p.store.get(p.key).Version > p.after {
+	if p.key.newest.Load().Version > p.after {
 		return p.ForceComplete()
 	}
 	return false
 }
 
-func (p *poll) OnComplete()   { p.done <- p.Cause() } // nil when a version past after arrived
+func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {
-	store store
-	polls *purgatory.Purgatory[string, *poll]
-	times timing.Recorder // time in purgatory by outcome, for /metrics
-	mux   http.ServeMux
+	store  store       // where keys' entries live, and how their changes are heard
+	keys   keys        // the keys parked polls wait on
+	listen atomic.Bool // the store's announcements are heard: new polls may park
+	wasUp  bool        // up succeeded before; only the listener's calls use it, one at a time
+	stop   func()      // stops listening to the store
+	polls  *purgatory.Purgatory[string, *poll]
+	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
+	mux    http.ServeMux
 }
 
-// newServer returns a server that parks at most maxPending polls at once;
-// zero means no bound. Shutting its purgatory down answers the parked
-// polls with 503, and later ones the same way.
-func newServer(maxPending int) (*server, error) {
-	s := &server{}
+// config is what main's flags set.
+type config struct {
+	maxPending int   // polls parked at once before 503; zero means no bound
+	timing     bool  // keep time-in-purgatory histograms for /metrics
+	store      store // nil: a memStore, for one server alone
+}
+
+// newServer returns a server listening to its store. close answers its
+// parked polls with 503, and later ones the same way.
+func newServer(c config) (*server, error) {
+	s := &server{store: c.store}
+	if s.store == nil {
+		s.store = new(memStore)
+	}
+	opts := []purgatory.Option{purgatory.WithMaxPending(c.maxPending)}
+	var metricOpts []purgatoryprom.AddOption
+	if c.timing {
+		// The observer hears of every park and departure, and each
+		// parked poll then holds 80 bytes more (README, "What the figures say").
+		s.times = new(timing.Recorder)
+		opts = append(opts, purgatory.WithObserver(s.times))
+		metricOpts = append(metricOpts, purgatoryprom.WithTimes(s.times))
+	}
 	var err error
-	s.polls, err = purgatory.New[string, *poll]("LongPoll",
-		purgatory.WithMaxPending(maxPending), purgatory.WithObserver(&s.times))
-	if err != nil {
+	if s.polls, err = purgatory.New[string, *poll]("LongPoll", opts...); err != nil {
 		return nil, err
 	}
 	metrics := purgatoryprom.NewCollector()
-	_ = metrics.Add("LongPoll", s.polls, purgatoryprom.WithTimes(&s.times)) // one fixed, valid name
+	_ = metrics.Add("LongPoll", s.polls, metricOpts...) // one fixed, valid name
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	s.mux.HandleFunc("GET /wait", s.wait)
 	s.mux.HandleFunc("POST /notify", s.notify)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.stop = s.store.listen(s)
 	return s, nil
+}
+
+// close expires every parked poll (503) and stops listening to the store.
+func (s *server) close(ctx context.Context) error {
+	err := s.polls.Shutdown(ctx)
+	s.stop()
+	return err
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -111,32 +143,57 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("timeout must be a Go duration from 0s to %v", maxTimeout), http.StatusBadRequest)
 		return
 	}
-	p := &poll{store: &s.store, key: key, after: after, done: make(chan error, 1)}
-	// The request's context ends when the client hangs up: the poll then
-	// leaves the purgatory at once instead of holding its place until the
-	// timeout.
-	p.Init(p, timeout, operation.WithContext(r.Context()))
-	if _, err := s.polls.TryCompleteElseWatch(p, p.key); err != nil {
-		// ErrFull (WithMaxPending) or ErrShutdown: nothing was parked.
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	if !s.listen.Load() {
+		unavailable(w, "store unreachable")
 		return
 	}
-	switch cause := <-p.done; {
+	k := s.keys.hold(key)
+	defer s.keys.release(k)
+	if !k.filled.Load() {
+		// The first poll on a key reads its entry; a poll that held the
+		// key meanwhile and parked on an older one is checked again.
+		es, err := s.store.get(r.Context(), key)
+		if err != nil {
+			unavailable(w, "store unreachable")
+			return
+		}
+		s.advance(k, es[0])
+		k.filled.Store(true)
+	}
+	p := &poll{key: k, after: after, done: make(chan struct{})}
+	p.Init(p, timeout)
+	if _, err := s.polls.TryCompleteElseWatch(p, key); err != nil {
+		// ErrFull (WithMaxPending) or ErrShutdown: nothing was parked.
+		unavailable(w, err.Error())
+		return
+	}
+	select {
+	case <-p.done:
+	case <-r.Context().Done():
+		// The client hung up: take the poll out of the purgatory now, not
+		// at its timeout. If a notify or the timeout completed it first,
+		// this does nothing; either way nobody is left to answer.
+		p.ForceComplete()
+		return
+	}
+	switch cause := p.Cause(); {
 	case cause == nil:
-		// Versions only rise, so the value read now is past after too,
-		// and is the newest there is.
-		writeJSON(w, s.store.get(p.key).answer(p.key))
+		// Versions only rise, so the newest entry is past after too.
+		writeJSON(w, k.newest.Load().answer(key))
 	case errors.Is(cause, operation.ErrExpired):
 		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(cause, purgatory.ErrShutdown):
+	default: // purgatory.ErrShutdown
 		// The server is stopping before the timeout the client asked for:
 		// 503 tells it to retry, here or elsewhere, rather than 204's
 		// "nothing changed", which would be a claim about a wait not made.
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
-	default: // the client hung up: nobody to answer
+		unavailable(w, "server shutting down")
 	}
+}
+
+// unavailable answers 503: try again in a second, here or on another server.
+func unavailable(w http.ResponseWriter, why string) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, why, http.StatusServiceUnavailable)
 }
 
 func (s *server) notify(w http.ResponseWriter, r *http.Request) {
@@ -155,14 +212,16 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// watching the key, or is watched by the time CheckAndComplete looks:
 	// the purgatory's lock story covers both. Checking before storing would
 	// let a poll parked in between wait for the next notify or its timeout.
-	//
-	// put releases the store's lock before the check. CheckAndComplete runs
-	// each poll's TryComplete, which takes that lock to read the version:
-	// held across the check, a sync.Mutex would deadlock this goroutine on
-	// the first poll it tried.
-	version := s.store.put(key, string(value))
-	woken := s.polls.CheckAndComplete(key)
-	writeJSON(w, map[string]any{"version": version, "woken": woken})
+	// No lock of ours is held across the check: it runs TryCompletes, and
+	// one that waited for a lock its caller holds would never return.
+	e, err := s.store.put(r.Context(), key, string(value))
+	if err != nil {
+		unavailable(w, "store unreachable")
+		return
+	}
+	// woken counts this server's polls; the store announces the change to
+	// the others, which check theirs.
+	writeJSON(w, map[string]any{"version": e.Version, "woken": s.heard(key, e)})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -195,11 +254,11 @@ func serve(ctx context.Context, ln net.Listener, s *server) error {
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		return errors.Join(err, s.polls.Shutdown(context.Background()))
+		return errors.Join(err, s.close(context.Background()))
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := errors.Join(s.polls.Shutdown(sctx), hs.Shutdown(sctx))
+	err := errors.Join(s.close(sctx), hs.Shutdown(sctx))
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -208,13 +267,21 @@ func serve(ctx context.Context, ln net.Listener, s *server) error {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
-	maxPending := flag.Int("max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
+	var c config
+	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
+	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
+	redisAddr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
 	flag.Parse()
+	if *redisAddr != "" {
+		rs := newRedisStore(*redisAddr)
+		defer rs.client.Close()
+		c.store = rs
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := newServer(*maxPending)
+	s, err := newServer(c)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,19 +2,31 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs each failed dial; the tests that stop Redis make many.
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // call is a request being served by a handler on a goroutine of its own.
 type call struct {
@@ -55,7 +67,7 @@ func do(h http.Handler, method, target, body string) *httptest.ResponseRecorder 
 // goroutines left behind.
 func newTestServer(t *testing.T, maxPending int) *server {
 	t.Helper()
-	s, err := newServer(maxPending)
+	s, err := newServer(config{maxPending: maxPending})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.polls.Shutdown(context.Background())) })
 	return s
@@ -196,20 +208,80 @@ func TestOverloadIsRefusedWithRetryAfter(t *testing.T) {
 	})
 }
 
-// A client that hangs up takes its poll out of the purgatory at once, and
-// nothing is written for it.
-func TestHangUpFreesThePoll(t *testing.T) {
+// writes is a ResponseWriter that records whether anything was written.
+type writes struct {
+	*httptest.ResponseRecorder
+	wrote bool
+}
+
+func (w *writes) WriteHeader(code int) { w.wrote = true; w.ResponseRecorder.WriteHeader(code) }
+
+func (w *writes) Write(p []byte) (int, error) { w.wrote = true; return w.ResponseRecorder.Write(p) }
+
+// A client that hangs up takes its poll out of the purgatory at once: the
+// handler, waiting on the request's context beside the poll, completes the
+// poll itself at the moment of the hang-up on the bubble's clock, writes
+// nothing, and lets go of the poll's key.
+func TestHangUpLeavesThePurgatoryAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newTestServer(t, 0)
 		ctx, hangUp := context.WithCancel(context.Background())
-		c := start(s, httptest.NewRequest("GET", "/wait?key=a&timeout=1m", nil).WithContext(ctx))
+		w := &writes{ResponseRecorder: httptest.NewRecorder()}
+		returned := make(chan time.Time)
+		go func() {
+			s.ServeHTTP(w, httptest.NewRequest("GET", "/wait?key=a&timeout=1m", nil).WithContext(ctx))
+			returned <- time.Now()
+		}()
+		time.Sleep(time.Second)
 		synctest.Wait()
 		require.Equal(t, 1, s.polls.NumDelayed())
 
+		hungUp := time.Now()
 		hangUp()
-		<-c.done
+		assert.Equal(t, hungUp, <-returned, "the handler returns when the client hangs up")
 		assert.Equal(t, 0, s.polls.NumDelayed())
-		assert.Empty(t, c.rec.Body.String())
-		assert.False(t, c.rec.Flushed)
+		assert.Equal(t, uint64(1), s.polls.Stats().CompletedEarly, "counted as completed early")
+		assert.False(t, w.wrote, "nothing written for a client that has gone")
+		assert.Empty(t, s.keys.m, "no poll holds the key")
+		assert.JSONEq(t, `{"version":1,"woken":0}`, do(s, "POST", "/notify?key=a", "x").Body.String())
 	})
+}
+
+// Hang-ups racing notifies and timeouts: every handler returns, every
+// poll the purgatory accepted left it exactly once, an answer is always
+// its key's, and no key is left held.
+func TestHangUpsRacingNotifiesAndTimeouts(t *testing.T) {
+	const polls, keys = 400, 4
+	s := newTestServer(t, 0)
+	var wg sync.WaitGroup
+	recs := make([]*httptest.ResponseRecorder, polls)
+	for i := range polls {
+		ctx, hangUp := context.WithCancel(context.Background())
+		recs[i] = httptest.NewRecorder()
+		target := fmt.Sprintf("/wait?key=k%d&timeout=%dms", i%keys, 20+i%30)
+		wg.Go(func() { s.ServeHTTP(recs[i], httptest.NewRequest("GET", target, nil).WithContext(ctx)) })
+		if i%2 == 0 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i%25) * time.Millisecond)
+				hangUp()
+			})
+		} else {
+			defer hangUp()
+		}
+		if i%40 == 0 {
+			do(s, "POST", fmt.Sprintf("/notify?key=k%d", i/40%keys), fmt.Sprint("v", i))
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, 0, s.polls.NumDelayed())
+	st := s.polls.Stats()
+	assert.Equal(t, uint64(polls), st.CompletedEarly+st.Expired, "each poll left once")
+	assert.Empty(t, s.keys.m, "no poll holds a key")
+	for i, rec := range recs {
+		if rec.Code == http.StatusOK && rec.Body.Len() > 0 {
+			var a struct{ Key string }
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a), "poll %d", i)
+			assert.Equal(t, fmt.Sprint("k", i%keys), a.Key, "poll %d", i)
+		}
+	}
 }

@@ -1,6 +1,10 @@
 package main
 
-import "sync"
+import (
+	"cmp"
+	"context"
+	"sync"
+)
 
 // entry is a key's value and its version, which starts at 0 (no value yet)
 // and rises by one with each notify.
@@ -8,6 +12,8 @@ type entry struct {
 	Version uint64
 	Value   string
 }
+
+var noEntry = &entry{} // version 0: a key nothing was put to
 
 // answer is the JSON body of a GET /wait answered with a new version.
 func (e entry) answer(key string) any {
@@ -18,28 +24,68 @@ func (e entry) answer(key string) any {
 	}{key, e.Version, e.Value}
 }
 
-// store holds every key's newest entry. Keys are never removed: a server
-// that needs to forget keys would drop them here, and nothing else changes.
-// The zero store is empty and ready for use.
-type store struct {
+// A store keeps each key's newest entry where every server using it can
+// read it, and tells each of them of every change. memStore is one
+// process's; redisStore is shared through Redis. Another bus (Postgres's
+// LISTEN/NOTIFY, NATS, a Kafka topic) is a third implementation, and
+// nothing else changes (README, "More than one server").
+type store interface {
+	// put stores value as key's next version, atomically, announces the
+	// change to every server's listener, and returns the new entry.
+	put(ctx context.Context, key, value string) (*entry, error)
+	// get returns the newest entry of each key, noEntry for one never put.
+	get(ctx context.Context, keys ...string) ([]*entry, error)
+	// listen tells l of the changes announced from now on, until stop is
+	// called; stop returns once l will hear nothing more.
+	listen(l listener) (stop func())
+}
+
+// A listener hears what a store announces, one call at a time.
+type listener interface {
+	// changed is told of a change that a put announced.
+	changed(key string, e *entry)
+	// up is told that every change from now on will be announced, and
+	// that changes made before it may have been missed: it reads what
+	// it needs with get, and returns an error if it could not. It is
+	// told again until it succeeds.
+	up(ctx context.Context) error
+	// lost is told that changes may be missed from now until the next
+	// successful up.
+	lost(err error)
+}
+
+// memStore holds the entries of one server, in memory. It announces
+// nothing: the only server that can hear a change is the one that put it,
+// and that one checks its polls itself. The zero memStore is empty and
+// ready for use.
+type memStore struct {
 	mu   sync.Mutex // guards keys; never held while calling into the purgatory
-	keys map[string]entry
+	keys map[string]*entry
 }
 
-func (s *store) get(key string) entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys[key]
-}
-
-// put stores value as key's newest entry and returns its version.
-func (s *store) put(key, value string) uint64 {
+func (s *memStore) put(_ context.Context, key, value string) (*entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.keys == nil {
-		s.keys = make(map[string]entry)
+		s.keys = make(map[string]*entry)
 	}
-	e := entry{Version: s.keys[key].Version + 1, Value: value}
+	e := &entry{Version: cmp.Or(s.keys[key], noEntry).Version + 1, Value: value}
 	s.keys[key] = e
-	return e.Version
+	return e, nil
+}
+
+func (s *memStore) get(_ context.Context, keys ...string) ([]*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	es := make([]*entry, len(keys))
+	for i, key := range keys {
+		es[i] = cmp.Or(s.keys[key], noEntry)
+	}
+	return es, nil
+}
+
+// listen says up once: in one process, nothing is ever missed.
+func (s *memStore) listen(l listener) (stop func()) {
+	_ = l.up(context.Background())
+	return func() {}
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// redisStore is a store that servers share through Redis. Each key is a
+// hash of two fields, version and value, under "longpoll:" and the key's
+// name. A put changes both and publishes the change on the channel
+// "longpoll", to which every server's listen subscribes, in one script:
+// a version never exists without its value, nor a change without its
+// announcement.
+type redisStore struct {
+	client *redis.Client
+	id     string // in each change it announces, so that its own listen skips them
+}
+
+const (
+	redisPrefix  = "longpoll:" // of each key's hash
+	redisChannel = "longpoll"  // where puts are announced
+)
+
+// newRedisStore returns a store on the Redis server at addr. A command
+// that fails is not retried: a put whose reply was lost may have been
+// made, and retrying it would make it twice; the client that gets its 503
+// decides. Nor is a dial, so that while Redis is down a poll or a notify
+// is refused at once rather than after go-redis's five tries.
+func newRedisStore(addr string) *redisStore {
+	return &redisStore{id: rand.Text(), client: redis.NewClient(&redis.Options{
+		Addr:                     addr,
+		MaxRetries:               -1,
+		DialerRetries:            1,
+		DialTimeout:              time.Second,
+		ReadTimeout:              time.Second,
+		WriteTimeout:             time.Second,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})}
+}
+
+// putScript bumps the version, stores the value and announces both. The
+// message is "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes
+// tells where the value starts, so neither needs escaping.
+var putScript = redis.NewScript(`
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. v .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2])
+return v
+`)
+
+// put's server checks its own polls when put returns (server.notify),
+// so the change is announced to the others only: its own listen skips it.
+func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error) {
+	v, err := putScript.Run(ctx, r.client, []string{redisPrefix + key}, key, value, redisChannel, r.id).Uint64()
+	if err != nil {
+		return nil, err
+	}
+	return &entry{Version: v, Value: value}, nil
+}
+
+func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) {
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(keys))
+	for i, key := range keys {
+		cmds[i] = pipe.HMGet(ctx, redisPrefix+key, "version", "value")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	es := make([]*entry, len(keys))
+	for i, cmd := range cmds {
+		es[i] = noEntry
+		vals := cmd.Val()
+		if s, ok := vals[0].(string); ok {
+			v, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			value, _ := vals[1].(string)
+			es[i] = &entry{Version: v, Value: value}
+		}
+	}
+	return es, nil
+}
+
+// listen subscribes to the channel on a goroutine of its own, until stop
+// is called. go-redis dials again at the Receive after a failed one and
+// subscribes anew; each confirmation of the subscription, the first one
+// included, is an up: changes made before it may have been missed.
+func (r *redisStore) listen(l listener) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := r.client.Subscribe(ctx, redisChannel)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			msg, err := ps.Receive(ctx)
+			switch m := msg.(type) {
+			case nil:
+				if ctx.Err() == nil {
+					l.lost(err)
+					sleep(ctx, 100*time.Millisecond) // then Receive dials again
+				}
+			case *redis.Subscription:
+				// Messages wait in the connection while up reads the keys.
+				for err := l.up(ctx); err != nil && ctx.Err() == nil; err = l.up(ctx) {
+					l.lost(err)
+					sleep(ctx, 100*time.Millisecond)
+				}
+			case *redis.Message:
+				if origin, key, e, err := parseChange(m.Payload); err == nil && origin != r.id {
+					l.changed(key, e)
+				}
+			}
+		}
+	})
+	return func() {
+		cancel()
+		ps.Close() // ends a Receive waiting for a message
+		wg.Wait()
+	}
+}
+
+// parseChange reads a message of putScript.
+func parseChange(msg string) (origin, key string, e *entry, err error) {
+	origin, rest, ok1 := strings.Cut(msg, " ")
+	version, rest, ok2 := strings.Cut(rest, " ")
+	keyLen, rest, ok3 := strings.Cut(rest, " ")
+	v, err1 := strconv.ParseUint(version, 10, 64)
+	n, err2 := strconv.Atoi(keyLen)
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
+		return "", "", nil, errors.New("longpoll: malformed change: " + msg)
+	}
+	return origin, rest[:n], &entry{Version: v, Value: rest[n:]}, nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
