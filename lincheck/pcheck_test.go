@@ -45,7 +45,12 @@ func (h *phist) events() []porcupine.Operation {
 			switch c.kind {
 			case evPark:
 				add(pin{kind: evPark, op: c.op}, pout{ok: c.ok, err: c.err}, c.call, c.ret, c.client)
-				if c.err == errNone && !c.ok && h.ops[c.op].lock == nil {
+				if c.err == errNone && h.ops[c.op].lock == nil {
+					// A park that completed the operation itself (true)
+					// may have added its timeout first: its last
+					// TryComplete comes after the timeout's Add. The
+					// model may place this arm after the completion,
+					// where it does nothing.
 					add(pin{kind: evArm, op: c.op, d: int64(h.ops[c.op].timeout)}, pout{}, c.call, c.ret, c.client)
 				}
 			case evSatisfy, evCtxCancel:

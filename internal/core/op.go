@@ -115,6 +115,29 @@ func (e *OpEntry) RescheduleHeld(delay time.Duration) {
 	atomic.StoreInt64(&e.Delay, int64(delay))
 }
 
+// pendHeld makes the entry pending (and touched), if it is pending already
+// or has never been added or rescheduled; with moving, also if it is
+// pending, and not if it has been touched otherwise. It reports whether
+// it did: not for an entry that has fired (its run under way decides), or
+// been cancelled (by its owner's completion, which may come at any moment:
+// it swaps the state even while the add-lock is held, and must not be
+// undone). The caller holds the add-lock.
+func (e *OpEntry) pendHeld(moving bool) bool {
+	for {
+		w := e.State.Load()
+		switch st := w & stateMask; {
+		case st == stateCancelled:
+			return false
+		case w&touched == 0: // never added: a first add
+		case !moving || st != statePending: // fired, or added since
+			return false
+		}
+		if e.State.CompareAndSwap(w, w&^stateMask|statePending|touched) {
+			return true
+		}
+	}
+}
+
 // dropCur takes the entry out of its current slot, unless that slot is
 // its handle (the watch lists' until Leave).
 func (e *OpEntry) dropCur() {
@@ -327,14 +350,12 @@ func (t *Timer) AddOp(e *OpEntry) (*Slot, error) {
 		return nil, ErrClosed
 	}
 	e.HoldAdd()
-	w := e.State.Load()
-	if w&touched != 0 {
+	if !e.pendHeld(false) {
+		// Added by a reschedule since the park (its deadline stands), or
+		// cancelled by the operation's completion.
 		e.UnlockAdd()
 		mu.RUnlock()
 		return e.Handle(), nil
-	}
-	for !e.State.CompareAndSwap(w, w&^stateMask|statePending|touched) {
-		w = e.State.Load()
 	}
 	now := int64(t.now())
 	if t.hooks != nil && t.hooks.clockRead != nil {
@@ -418,17 +439,12 @@ func (t *Timer) Reschedule(e *OpEntry, delay time.Duration, g Guard) bool {
 		return false
 	}
 	e.HoldAdd()
-	w := e.State.Load()
-	fired := w&stateMask == stateIdle && w&touched != 0
-	if fired || w&stateMask == stateCancelled || !g.Reschedulable() {
+	if !g.Reschedulable() || !e.pendHeld(true) {
 		e.UnlockAdd()
 		mu.RUnlock()
 		return false
 	}
 	atomic.StoreInt64(&e.Delay, int64(delay))
-	for !e.State.CompareAndSwap(w, w&^stateMask|statePending|touched) {
-		w = e.State.Load()
-	}
 	now := int64(t.now())
 	e.Expire = Deadline(int64(delay), now)
 	t.placeOp(e, now)
