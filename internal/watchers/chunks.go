@@ -45,6 +45,13 @@ func (l *list[K]) push(h *lifecycle.Handle) {
 }
 
 func (l *entries) push(h *lifecycle.Handle) {
+	if n := len(l.chunks); n > 0 {
+		if c := l.chunks[n-1]; len(c) < cap(c) {
+			l.chunks[n-1] = append(c, h)
+			l.n++
+			return
+		}
+	}
 	l.chunks.Push(h)
 	l.n++
 }
