@@ -254,23 +254,40 @@ func ExpirerOf(e *OpEntry) Expirer {
 	return nil
 }
 
-// slotChunkLen is how many slots a chunk holds (512 bytes): a chunk is
+// slotChunkLen is how many slots a chunk holds (128 bytes): a chunk is
 // kept by whatever still points into it (a handle on a watch list, an
-// entry's current slot), so it is small.
-const slotChunkLen = 64
+// entry's current slot, one entry pending in a far bucket), so it is
+// small. With 1% of a far bucket's operations pending, spread evenly,
+// 85% of 16-slot chunks are clear and dropped, against 53% of 64-slot
+// ones (TestFarBucketDropsDeadChunks); a chunk is allocated every 16
+// timeouts.
+const slotChunkLen = 16
 
 type slotChunk [slotChunkLen]Slot
 
 // slotChunks are a bucket stripe's slots: chunks filled in order, all full
 // but the last, whose first n are filled. Guarded by the stripe's lock.
+//
+// A bucket whose span is far off (a 30-second timeout's) is filled for a
+// long while before it is due, and most of the operations whose timeouts
+// it holds complete early, clearing their slots. So that what it keeps
+// follows the operations pending, not all those parked since it was last
+// due, a stripe drops the chunks whose every slot is clear (dropDead)
+// each time its chunks have doubled since the last such sweep: each slot
+// is looked at O(1) times, amortised. A chunk with one slot still held
+// stays; chunks are small (16 slots) so that few are.
 type slotChunks struct {
 	chunks []*slotChunk
 	n      int
+	swept  int // len(chunks) after the last sweep
 }
 
 // add fills the next slot with e and returns it.
 func (c *slotChunks) add(e *OpEntry) *Slot {
 	if len(c.chunks) == 0 || c.n == slotChunkLen {
+		if len(c.chunks) >= max(2*c.swept, 8) {
+			c.dropDead()
+		}
 		c.chunks = append(c.chunks, new(slotChunk))
 		c.n = 0
 	}
@@ -280,11 +297,35 @@ func (c *slotChunks) add(e *OpEntry) *Slot {
 	return s
 }
 
+// dropDead drops the full chunks whose every slot is clear, and notes how
+// many are left. A cleared slot may still be pointed to (a tombstone on a
+// watch list holds its chunk); the timer lets go of it.
+func (c *slotChunks) dropDead() {
+	kept := c.chunks[:0]
+	for _, ch := range c.chunks {
+		if !ch.dead() {
+			kept = append(kept, ch)
+		}
+	}
+	clear(c.chunks[len(kept):])
+	c.chunks, c.swept = kept, len(kept)
+}
+
+// dead reports whether no slot of ch holds an entry.
+func (ch *slotChunk) dead() bool {
+	for i := range ch {
+		if ch[i].e.Load() != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // take returns the chunks and empties c. A slot past the last one filled
 // is empty, so whoever reads them reads every slot of every chunk.
 func (c *slotChunks) take() []*slotChunk {
 	ch := c.chunks
-	c.chunks, c.n = nil, 0
+	c.chunks, c.n, c.swept = nil, 0, 0
 	return ch
 }
 

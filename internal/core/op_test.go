@@ -242,3 +242,38 @@ func TestCloseCancelsOperations(t *testing.T) {
 	_, err := st.AddOp(newTestOp(9, 0, x).entry())
 	assert.ErrorIs(t, err, ErrClosed)
 }
+
+// A far bucket whose operations complete early keeps what its pending
+// operations need, not a slot for every operation parked since it was
+// last due: a stripe drops the chunks whose every slot is clear as it
+// grows. 100,000 timeouts 30 s away, 99% of them left at once, the rest
+// spread evenly: the buckets keep under a third of the chunks they
+// filled (about 15% are not clear; the rest is what the sweeps have not
+// looked at yet).
+func TestFarBucketDropsDeadChunks(t *testing.T) {
+	t.Parallel()
+	st, _ := newInlineTimer(t, withWheelSize(256))
+	x := &opTarget{}
+	var live []*testOp
+	for i := range 100_000 {
+		o := newTestOp(i, 30*time.Second, x)
+		_, err := st.AddOp(o.entry())
+		require.NoError(t, err)
+		if i%100 == 0 {
+			live = append(live, o)
+		} else {
+			o.leave()
+		}
+	}
+	chunks := 0
+	st.wheel.levels(func(w *wheel) {
+		for i := range w.buckets {
+			for j := range w.buckets[i].stripes {
+				chunks += len(w.buckets[i].stripes[j].slots.chunks)
+			}
+		}
+	})
+	filled := 100_000 / slotChunkLen
+	assert.Less(t, chunks, filled/3, "chunks kept of %d filled, for %d pending of 100,000 parked", filled, len(live))
+	assert.Equal(t, len(live), st.Size())
+}
