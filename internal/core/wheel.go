@@ -105,10 +105,17 @@ func (w *wheel) addDue(e *Entry) {
 	}
 }
 
+// overflowWheel returns the next level, creating it if need be. The
+// common case, the level exists, inlines; creating it (growOverflow) does
+// not, and would keep the whole from inlining.
 func (w *wheel) overflowWheel() *wheel {
 	if o := w.overflow.Load(); o != nil {
 		return o
 	}
+	return w.growOverflow()
+}
+
+func (w *wheel) growOverflow() *wheel {
 	w.growMu.Lock()
 	defer w.growMu.Unlock()
 	if o := w.overflow.Load(); o != nil {
