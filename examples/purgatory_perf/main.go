@@ -30,6 +30,7 @@ import (
 
 type config struct {
 	num, keys, keySpace int
+	producers           int // goroutines parking requests, each its share
 	rate                float64 // requests per second; 0 for as fast as possible
 	timeout             time.Duration
 	pct50, pct75        float64 // milliseconds
@@ -43,6 +44,7 @@ func main() {
 	var c config
 	var timeoutMs int64
 	flag.IntVar(&c.num, "num", 1_000_000, "number of requests")
+	flag.IntVar(&c.producers, "producers", 1, "goroutines parking requests: each parks its share of -num, at its share of -rate, on the same keys (for a machine with more cores than this one: docs/benchmarks.md, \"Many cores\")")
 	flag.Float64Var(&c.rate, "rate", 0, "request rate per second (0: as fast as the generator can go)")
 	flag.IntVar(&c.keys, "keys", 3, "number of keys each request is watched on")
 	flag.IntVar(&c.keySpace, "key-space-size", 100, "number of possible keys")
@@ -95,6 +97,8 @@ func (c config) validate() error {
 	switch {
 	case c.num <= 0:
 		return fmt.Errorf("-num must be positive")
+	case c.producers < 0 || c.producers > c.num:
+		return fmt.Errorf("-producers must be from 1 to -num")
 	case c.keys <= 0 || c.keySpace <= 0:
 		return fmt.Errorf("-keys and -key-space-size must be positive")
 	case c.rate < 0:
@@ -251,29 +255,51 @@ func runWith[O completer](c config, p parker[O]) result {
 
 	t.remaining.Add(c.num)
 	start := now()
-	scheduled := start
-	for i := range c.num {
-		if c.rate > 0 {
-			scheduled += time.Duration(rnd.ExpFloat64() / c.rate * float64(time.Second))
-			if d := scheduled - now(); d > 0 {
-				time.Sleep(d)
-			}
-		}
-		arrival := now()
-		latency := latency.next(rnd)
-		r := request{id: int32(i), arrival: arrival, completesAt: arrival + latency}
-		if c.size > 0 {
-			b := make([]byte, c.size)
-			r.payload = &b
-		}
-		op, parked, err := p.park(r, keys)
-		if err != nil {
-			panic(err)
-		}
-		if latency < c.timeout && parked {
-			cq.add(op, r.completesAt)
-		}
+	// Each producer parks the requests whose ids are its own (i mod
+	// producers), on the same keys, with a generator of its own; the last
+	// scheduled time of any is the run's.
+	var scheduled atomic.Int64
+	var running sync.WaitGroup
+	producers := max(c.producers, 1) // zero: one
+	rnds := []*rand.Rand{rnd}
+	for w := 1; w < producers; w++ {
+		rnds = append(rnds, rand.New(rand.NewPCG(rnd.Uint64(), uint64(w))))
 	}
+	for w, wrnd := range rnds {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			at := start
+			for i := w; i < c.num; i += producers {
+				if c.rate > 0 {
+					at += time.Duration(wrnd.ExpFloat64() / (c.rate / float64(producers)) * float64(time.Second))
+					if d := at - now(); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				arrival := now()
+				latency := latency.next(wrnd)
+				r := request{id: int32(i), arrival: arrival, completesAt: arrival + latency}
+				if c.size > 0 {
+					b := make([]byte, c.size)
+					r.payload = &b
+				}
+				op, parked, err := p.park(r, keys)
+				if err != nil {
+					panic(err)
+				}
+				if latency < c.timeout && parked {
+					cq.add(op, r.completesAt)
+				}
+			}
+			for {
+				if old := scheduled.Load(); int64(at) <= old || scheduled.CompareAndSwap(old, int64(at)) {
+					break
+				}
+			}
+		}()
+	}
+	running.Wait()
 	genEnd := now()
 	t.remaining.Wait()
 	done := now()
@@ -297,7 +323,7 @@ func runWith[O completer](c config, p parker[O]) result {
 		expired:     t.expired.Load(),
 	}
 	if c.rate > 0 {
-		res.targetRate = float64(c.num) / (scheduled - start).Seconds()
+		res.targetRate = float64(c.num) / (time.Duration(scheduled.Load()) - start).Seconds()
 	}
 	if n := peakPending.Load(); n > 0 {
 		res.heapPerPending = float64(int64(heapAtPeak.Load())-int64(baseHeap)) / float64(n)

@@ -17,12 +17,18 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Every implementation completes every request exactly once, by completion
-// or by expiry, and never expire one early.
+// or by expiry, and never expire one early, parked by one goroutine or by
+// three.
 func TestRunCountsAddUp(t *testing.T) {
-	for _, impl := range []string{"purgatory", "naive", "floor"} {
+	for _, impl := range []string{"purgatory", "naive", "floor", "purgatory/producers=3"} {
 		t.Run(impl, func(t *testing.T) {
+			producers := 1
+			if i := strings.Index(impl, "/producers="); i >= 0 {
+				producers, _ = strconv.Atoi(impl[i+len("/producers="):])
+				impl = impl[:i]
+			}
 			mixed := config{num: 3000, keys: 3, keySpace: 10, rate: 0, timeout: 40 * time.Millisecond,
-				pct50: 30, pct75: 45, impl: impl}
+				pct50: 30, pct75: 45, impl: impl, producers: producers}
 			r := run(mixed)
 			assert.Equal(t, int64(mixed.num), r.completed, "every request completes once")
 			assert.Greater(t, r.expired, int64(0), "some latencies exceed the timeout")
@@ -49,6 +55,8 @@ func TestBadFlags(t *testing.T) {
 		func(c *config) { c.timeout = 0 },
 		func(c *config) { c.pct75 = 0.5 },
 		func(c *config) { c.impl = "other" },
+		func(c *config) { c.producers = 2 }, // more than -num
+		func(c *config) { c.producers = -1 },
 	} {
 		c := good
 		bad(&c)
