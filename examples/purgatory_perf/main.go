@@ -30,7 +30,7 @@ import (
 
 type config struct {
 	num, keys, keySpace int
-	producers           int // goroutines parking requests, each its share
+	producers           int     // goroutines parking requests, each its share
 	rate                float64 // requests per second; 0 for as fast as possible
 	timeout             time.Duration
 	pct50, pct75        float64 // milliseconds
