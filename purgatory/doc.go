@@ -117,7 +117,8 @@
 // block. What its Parked returns is handed to its Left: per-operation
 // state without a map. Without an observer, the request path reads no
 // clock and allocates nothing for it; with one, each park and departure
-// reads the clock once and the operation's handle grows from 16 to 96 bytes.
+// reads the clock once and each parked operation gets a 96-byte record of
+// its own.
 // Modules of their own build on it: contrib/timing is an observer that
 // keeps the time-in-purgatory histograms, contrib/prometheus and
 // contrib/otel export the figures, and contrib/otel traces each parked
@@ -125,9 +126,11 @@
 //
 // # Memory
 //
-// A parked operation costs about 124 bytes beyond its own fields, watched on
-// three keys (Kafka's: about 232). Watch lists hold a small handle instead of
-// the operation; completing or cancelling the operation clears the handle,
+// A parked operation costs about 98 bytes beyond its own fields, watched on
+// three keys (Kafka's: about 232): a park allocates nothing but the
+// operation. Watch lists hold a handle instead of the operation (a word
+// of the timer's, the slot of its timeout); completing or cancelling the
+// operation clears the handle,
 // so it is released from every key at once (Kafka leaves it on its other keys
 // until a purge, which ran brokers out of memory in KAFKA-19389). The 8-byte
 // slots left behind are dropped when their key is next checked, and a key

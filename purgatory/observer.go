@@ -15,8 +15,8 @@ import (
 //
 // Every Parked is followed by exactly one Left, given what Parked
 // returned: an observer keeps its per-operation state there (a span, a
-// start time) instead of in a map. The purgatory stores it in the
-// operation's handle, which it allocates only when an observer is
+// start time) instead of in a map. The purgatory stores it in a record
+// of the operation's own, which it allocates only when an observer is
 // installed. The departures told agree with Stats, with one exception:
 // an operation that user code force-completes while TryCompleteElseWatch
 // is parking it (which then returns ErrAlreadyWatched, and Stats does not
@@ -109,7 +109,7 @@ func (k Outcome) String() string { return lifecycle.Outcome(k).String() }
 // of every event, in the order given, each with its own state. Without
 // one a purgatory reads no clock and allocates nothing for observing; with
 // one, each park and departure reads the clock once, and each parked
-// operation's handle grows from 16 to 96 bytes. A nil o
+// operation gets a 96-byte record of its own. A nil o
 // makes New return ErrInvalidOption.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) { c.observers = append(c.observers, o) })

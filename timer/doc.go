@@ -134,22 +134,19 @@
 // goroutine for 10 ms or more; an Add that finds it 2 ms behind the timer's
 // clock wakes it and yields once (see SystemTimer.Add).
 //
-// # Staging far deadlines
+// # Operations' timeouts
 //
-// A SystemTimer holds back the timeouts of package purgatory's operations
-// (the operation's handle is the task a park adds) whose deadline is
-// 800 ms or more away: Add marks the entry and appends the handle to a
-// staging slice instead of filing it into a bucket, and every 400 ms the
-// goroutine advancing the timer (a [Reaper], AdvanceClock, a [MockTimer]'s
-// Advance) files those still pending into the wheels at the deadlines
-// their Adds fixed. Most far deadlines never come (a produce waits
-// milliseconds for its replicas and has 30 s to do it), and cancelling a
-// staged task is one compare-and-swap, with no bucket lock and no
-// neighbours' links to write. Staged tasks count in Size and run in the
-// Advance that passes their deadline; nothing else is put in the timer
-// for them. An operation's completion clears its handle, so a completed
-// operation is unreachable from the timer at once. A task that embeds
-// [TaskBase] is never staged: it is filed at once, whatever its deadline.
+// A timer holds the timeouts of package purgatory's operations differently
+// from a [TaskBase]: a bucket keeps them in slots, words of chunks it
+// fills in order, and an operation's completion clears its slot with one
+// compare-and-swap, with no bucket lock and no neighbours' links to write.
+// Most such timeouts never come (a produce waits milliseconds for its
+// replicas and has 30 s to do it), and slots spare the parks and
+// completions of many goroutines a fight over one coarse bucket's locks.
+// The first slot is also the operation's handle, which its watch lists
+// hold, so a completed operation is unreachable from the timer at once.
+// A TaskBase is linked into its bucket's list, as in Kafka. Counting the
+// slots is what makes Size cost O(timeouts held) (see [SystemTimer.Size]).
 //
 // # Precision
 //

@@ -18,7 +18,8 @@ import (
 // linked entry costs three (list, next, prev) and a handle of its own two
 // more, and an OpEntry is 56 bytes where an Entry is 64: an operation with
 // no fields of its own fits the allocator's 64-byte class, and its park
-// allocates nothing but the operation (a chunk is 64 slots).
+// allocates nothing but the operation (and, one park in 16, its bucket
+// stripe a chunk of slots).
 // BenchmarkHeapPerParkedOperation measures it.
 //
 // A timeout that moves (a reset, a coarse bucket moved down a level) gets
