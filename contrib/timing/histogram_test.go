@@ -162,9 +162,10 @@ func TestHistogramQuantiles(t *testing.T) {
 	assert.Equal(t, "n=0", empty.String())
 }
 
-// Recording allocates nothing beyond what the observer's handle costs: an
+// Recording allocates nothing beyond what any observer costs: an
 // operation parked and completed in a purgatory with a Recorder costs the
-// operation and its handle, as one without any observer does.
+// operation and the record an observed operation has of its own, one
+// allocation more than without an observer.
 func TestRecorderAllocatesNothing(t *testing.T) {
 	mt := timer.NewMockTimer()
 	p, err := purgatory.New[string, *mockOp]("allocs", purgatory.WithTimer(mt), purgatory.WithoutReaper())
@@ -182,14 +183,16 @@ func TestRecorderAllocatesNothing(t *testing.T) {
 			p.CheckAndComplete("k")
 		}
 	}
-	assert.Equal(t, testing.AllocsPerRun(1000, park(q)), testing.AllocsPerRun(1000, park(p)))
-	// The operation and its handle: nothing else on the request path.
-	assert.LessOrEqual(t, testing.AllocsPerRun(1000, park(p)), 2.0)
+	bare := testing.AllocsPerRun(1000, park(p))
+	assert.Equal(t, bare+1, testing.AllocsPerRun(1000, park(q)))
+	// The operation: nothing else on the request path.
+	assert.LessOrEqual(t, bare, 1.0)
 }
 
 // An operation with its own lock costs no more allocations than a plain
-// one: the fat Handle Init makes stands in for the Handle a park makes,
-// and the park keeps it rather than copying it.
+// one in an observed purgatory: the record Init makes for the lock stands
+// in for the one the park makes for the observer, and the park keeps it
+// rather than making another.
 func TestFatOperationParksWithoutAnotherHandle(t *testing.T) {
 	p, _, _ := newMockPurgatory(t)
 	var mu sync.Mutex
