@@ -250,7 +250,7 @@ func (h *phist) check() []failure {
 	var fails []failure
 	evs := h.events()
 	if h.cfg.bound > 0 {
-		ce := overtakenHold(countEvents(evs))
+		ce := withGiveBacks(overtakenHold(countEvents(evs)))
 		m := countModel(len(h.ops), h.cfg.bound)
 		if porcupine.CheckOperationsTimeout(m, ce, *checkTimeout) == porcupine.Illegal {
 			kind := "linearizability: WithMaxPending count (other)"

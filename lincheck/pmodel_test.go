@@ -45,12 +45,16 @@ const (
 	// Only in countModel's variant of defect 7 (refusedHold).
 	evHold    // a refused park's place taken
 	evRelease // ... and given back
+
+	// Only in countModel: a departure's giving back of its place
+	// (withGiveBacks).
+	evGiveBack
 )
 
 var pkindNames = [...]string{"init", "park", "arm", "satisfy", "check", "checkUpTo", "forceComplete",
 	"reset", "completeForKey", "forKeyDone", "cancelForKey", "cancelled", "ctxCancel", "ctxDone",
 	"tryDone", "expired", "advance", "advanceEnd", "rest", "shutdown", "shutdownDone", "shutdownEnd",
-	"hold", "release"}
+	"hold", "release", "giveBack"}
 
 func (k pkind) String() string { return pkindNames[k] }
 
@@ -476,15 +480,43 @@ func purgatoryModel(parts [][]porcupine.Operation) porcupine.Model {
 }
 
 // countModel checks WithMaxPending's bound over the whole history: a park
-// is refused with ErrFull only while bound operations are pending. A park
-// accepted but deferred to the holder of its SharedLock counts as
-// pending: it holds its place from the call that accepted it.
+// is refused with ErrFull only while bound operations hold a place. A
+// park accepted but deferred to the holder of its SharedLock holds its
+// place from the call that accepted it. A departure gives its place back
+// within the call (or callback interval) that made it, after the swap
+// that completes or cancels the operation: a departure and its giving
+// back (evGiveBack, withGiveBacks) are two steps, and between them the
+// operation is completed and still holds its place (owing).
 type cstate struct {
 	// st is each operation's state, one byte an operation (a string so
 	// that states compare with ==).
 	st      string
 	pending int
 	held    string // the variant: operations whose refused park holds a place
+}
+
+// owes marks, in countModel's state of an operation, a departure whose
+// place is not given back yet.
+const owes = 8
+
+// withGiveBacks adds, after each event that may be a departure, one that
+// gives back its place, over the same interval.
+func withGiveBacks(ce []porcupine.Operation) []porcupine.Operation {
+	out := make([]porcupine.Operation, 0, 2*len(ce))
+	for _, e := range ce {
+		out = append(out, e)
+		switch in := e.Input.(pin); in.kind {
+		case evFC, evTDone, evExpired, evForKeyDone, evCtxDone, evShutDone, evCancelled:
+			if in.kind == evFC && !e.Output.(pout).ok {
+				continue
+			}
+			g := e
+			g.Input = pin{kind: evGiveBack, op: in.op}
+			g.Output = pout{}
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 func countModel(nops, bound int) porcupine.Model {
@@ -498,8 +530,31 @@ func countModel(nops, bound int) porcupine.Model {
 				return cstate{st: string(b), pending: s.pending, held: s.held}
 			}
 			cur := s.st[in.op] - '0'
+			owing := cur >= owes
+			cur &^= owes
+			// keep sets the operation's state, still owing its place if
+			// it was.
+			keep := func(st uint8) cstate {
+				if owing {
+					st |= owes
+				}
+				return set(st)
+			}
 			tag := fmt.Sprintf("<%d>", in.op)
 			switch in.kind {
+			case evGiveBack:
+				switch {
+				case owing:
+					n := set(cur)
+					n.pending--
+					return true, n
+				case cur == stDone || cur == stCancelled:
+					// A departure that held no place (a ForceComplete of
+					// an operation never accepted), or one given back
+					// already by an earlier departure of the operation.
+					return true, s
+				}
+				return false, s // before its departure
 			case evHold: // several refused parks of one operation may each hold one
 				s.held += tag
 				s.pending++
@@ -532,11 +587,9 @@ func countModel(nops, bound int) porcupine.Model {
 				}
 				switch cur {
 				case stPending:
-					n := set(stDone)
-					n.pending--
-					return true, n
+					return true, set(stDone | owes)
 				case stFresh, stCancelled:
-					return true, set(stDone)
+					return true, keep(stDone)
 				}
 				return false, s
 			case evTDone, evExpired, evForKeyDone, evCtxDone, evShutDone, evCancelled:
@@ -547,9 +600,7 @@ func countModel(nops, bound int) porcupine.Model {
 				if in.kind == evCancelled {
 					st = stCancelled
 				}
-				n := set(st)
-				n.pending--
-				return true, n
+				return true, set(st | owes)
 			}
 			return true, s
 		},
@@ -564,12 +615,15 @@ func countModel(nops, bound int) porcupine.Model {
 			s := state.(cstate)
 			var ps []string
 			for i := range len(s.st) {
-				if s.st[i]-'0' == stPending {
+				switch st := s.st[i] - '0'; {
+				case st == stPending:
 					ps = append(ps, fmt.Sprintf("op%d", i))
+				case st >= owes:
+					ps = append(ps, fmt.Sprintf("op%d(%s, owing)", i, stNames[st&^owes]))
 				}
 			}
 			sort.Strings(ps)
-			return fmt.Sprintf("pending=%d %v", s.pending, ps)
+			return fmt.Sprintf("places=%d %v", s.pending, ps)
 		},
 	}
 }

@@ -1,13 +1,9 @@
 package lincheck
 
 import (
-	"flag"
 	"math/rand/v2"
 	"testing"
 )
-
-var extra = flag.Bool("lincheck.extra", false,
-	"also run the workloads that found what is not among the issue's defects (TestPurgatoryExtra)")
 
 // The purgatory's workloads. Each mixes the calls the docs say may race,
 // weighted to reach one kind of race often; "mixed" has them all.
@@ -56,25 +52,19 @@ func purgatoryWorkloads() []pconfig {
 		name: "sharedlock", workers: 3, steps: 20, advancers: 2, advances: 10, nkeys: 3,
 		shared: 1, maxTO: 6, maxReset: 6, targetInFlight: 0.6,
 		weights: w(map[action]int{aPark: 4, aRepark: 4, aLocked: 4, aFC: 4, aSatisfy: 2, aCheck: 2, aReset: 1}),
+	}, {
+		// The same under a WithMaxPending bound of 1-3: a deferred park
+		// holds its place from the call that accepted it, and one that a
+		// ForceComplete completes before the unlock gives it back then
+		// (at e2a455e it kept it until the lock was released, and parks
+		// meanwhile got ErrFull with nothing pending).
+		name: "sharedbound", workers: 3, steps: 20, advancers: 2, advances: 10, nkeys: 3,
+		shared: 1, bound: -1, maxTO: 6, maxReset: 6, targetInFlight: 0.6,
+		weights: w(map[action]int{aPark: 4, aRepark: 4, aLocked: 4, aFC: 4, aSatisfy: 2, aCheck: 2, aReset: 1}),
 	}}
 }
 
 func TestPurgatory(t *testing.T) { runWorkloads(t, purgatoryWorkloads()) }
-
-// TestPurgatoryExtra runs, with -lincheck.extra, SharedLock operations
-// under a WithMaxPending bound. At e2a455e a deferred park whose operation
-// a ForceComplete completes before the unlock keeps its place until the
-// lock is released: parks meanwhile get ErrFull with nothing pending.
-// The docs do not say when a deferred park gives its place back, so this
-// is not run by default.
-func TestPurgatoryExtra(t *testing.T) {
-	if !*extra {
-		t.Skip("-lincheck.extra not given")
-	}
-	cfg := purgatoryWorkloads()[4]
-	cfg.name, cfg.bound = "sharedbound", -1
-	runWorkloads(t, []pconfig{cfg})
-}
 
 func runWorkloads(t *testing.T, cfgs []pconfig) {
 	for _, cfg := range cfgs {
