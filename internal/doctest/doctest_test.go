@@ -161,6 +161,9 @@ func TestGoBlocksCompile(t *testing.T) {
 	t.Logf("%d Go blocks of %d pages compiled", n, len(pkgs))
 }
 
+// envWord is a shell environment assignment, as in RUNS="E1M" bash ab.sh.
+var envWord = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
 // Every command in docs/benchmarks.md refers to what exists.
 func TestBenchmarkCommandsExist(t *testing.T) {
 	targets := makeTargets(t)
@@ -179,6 +182,10 @@ func TestBenchmarkCommandsExist(t *testing.T) {
 			for _, cmd := range regexp.MustCompile(`;|&&`).Split(line, -1) {
 				args := fields(cmd)
 				for len(args) > 0 && (args[0] == "do" || args[0] == "then") {
+					args = args[1:]
+				}
+				// VAR=value words before a command are its environment.
+				for len(args) > 0 && envWord.MatchString(args[0]) {
 					args = args[1:]
 				}
 				if len(args) == 0 || args[0] == "for" || args[0] == "done" || args[0] == "fi" {
