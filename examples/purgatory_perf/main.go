@@ -58,7 +58,7 @@ func main() {
 	flag.BoolVar(&c.verbose, "verbose", true, "print the samples' statistics and a header")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace)")
-	flag.StringVar(&c.timeline, "timeline", "", "write, for every 10 ms of the run, the requests that expired in it, the largest lateness among them and the GC cycles that ended in it, to this file")
+	flag.StringVar(&c.timeline, "timeline", "", "write, for every 10 ms of the run, the requests that expired in it, the largest lateness among them (also counted from the end of each request's park), the longest park among them and the GC cycles that ended in it, to this file")
 	flag.StringVar(&memProfile, "memprofile", "", "write a heap profile, taken when the most requests were pending, to this file")
 	flag.Parse()
 	c.timeout = time.Duration(timeoutMs) * time.Millisecond
@@ -135,6 +135,7 @@ type tracker struct {
 	expired   atomic.Int64
 	late      []int64 // per request id: expiry lateness in ns, or MinInt64
 	expiredAt []int64 // per request id: when it expired (now()), with -timeline
+	parkedAt  []int64 // per request id: when its park returned (now()), with -timeline
 	timeout   time.Duration
 }
 
@@ -215,6 +216,7 @@ func runWith[O completer](c config, p parker[O]) result {
 	}
 	if c.timeline != "" {
 		t.expiredAt = make([]int64, c.num)
+		t.parkedAt = make([]int64, c.num)
 	}
 	track = t
 	cq := newCompletionQueue[O](c.timeout)
@@ -287,6 +289,11 @@ func runWith[O completer](c config, p parker[O]) result {
 				op, parked, err := p.park(r, keys)
 				if err != nil {
 					panic(err)
+				}
+				if t.parkedAt != nil {
+					// Read once every goroutine is done: running.Wait and
+					// t.remaining.Wait order it before writeTimeline.
+					t.parkedAt[i] = int64(now())
 				}
 				if latency < c.timeout && parked {
 					cq.add(op, r.completesAt)

@@ -65,7 +65,9 @@ func TestBadFlags(t *testing.T) {
 }
 
 // -timeline accounts for every expiry once, in windows that rise, with the
-// run's largest lateness as the largest of any window's.
+// run's largest lateness as the largest of any window's; in each window,
+// the lateness counted from the parks' returns is at most that counted
+// from the arrivals, by at most the longest park.
 func TestTimeline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "timeline")
 	c := config{num: 2000, keys: 3, keySpace: 10, timeout: 30 * time.Millisecond,
@@ -81,7 +83,7 @@ func TestTimeline(t *testing.T) {
 	maxLate, prev := -1.0, int64(math.MinInt64)
 	for _, l := range lines[1:] {
 		f := strings.Split(l, "\t")
-		require.Len(t, f, 4, l)
+		require.Len(t, f, 6, l)
 		start, err := strconv.ParseInt(f[0], 10, 64)
 		require.NoError(t, err)
 		assert.Greater(t, start, prev, "windows rise")
@@ -90,9 +92,15 @@ func TestTimeline(t *testing.T) {
 		require.NoError(t, err)
 		expired += n
 		if f[2] != "-" {
-			late, err := strconv.ParseFloat(f[2], 64)
-			require.NoError(t, err)
-			maxLate = max(maxLate, late)
+			var late [3]float64 // from arrival, from the park's return, the longest park
+			for j := range late {
+				late[j], err = strconv.ParseFloat(f[2+j], 64)
+				require.NoError(t, err)
+			}
+			maxLate = max(maxLate, late[0])
+			assert.LessOrEqual(t, late[1], late[0], l)
+			assert.GreaterOrEqual(t, late[2], 0.0, l)
+			assert.GreaterOrEqual(t, late[1]+late[2], late[0]-0.02, l) // three roundings to 0.01
 		}
 	}
 	assert.Equal(t, r.expired, expired)

@@ -17,18 +17,29 @@ const timelineWindow = 10 * time.Millisecond
 // many GC cycles ended in it. It shows when in a run the late expiries
 // fall (the first timeouts, a collection) without a trace; an execution
 // trace (-trace) then shows what the reaper was doing at that moment.
+//
+// Lateness counts from a request's arrival, stamped before its park, as a
+// client would see it; the purgatory's timer reads its clock inside the
+// park. Two more columns tell the two apart: the largest lateness counted
+// from the return of each request's park (the timer read its clock
+// between the two stamps, so this is a lower bound of how late the timer
+// was), and the longest park among the window's requests. A producer
+// descheduled in the middle of a park (by the collector's workers, say)
+// makes a late expiry 30 s later whose park is as long as it is late.
 func writeTimeline(path string, t *tracker, start time.Duration) error {
 	type window struct {
-		expired int
-		maxLate int64
-		gcEnds  int
+		expired     int
+		maxLate     int64 // from arrival
+		maxLateTime int64 // from the park's return
+		maxPark     int64 // arrival to the park's return
+		gcEnds      int
 	}
 	windows := map[int64]*window{}
 	at := func(d time.Duration) *window {
 		k := int64((d - start) / timelineWindow)
 		w := windows[k]
 		if w == nil {
-			w = &window{maxLate: math.MinInt64}
+			w = &window{maxLate: math.MinInt64, maxLateTime: math.MinInt64}
 			windows[k] = w
 		}
 		return w
@@ -40,6 +51,11 @@ func writeTimeline(path string, t *tracker, start time.Duration) error {
 		w := at(time.Duration(t.expiredAt[id]))
 		w.expired++
 		w.maxLate = max(w.maxLate, l)
+		// late = expiredAt - (arrival + timeout), so park = parkedAt - arrival
+		// = parkedAt - (expiredAt - late - timeout).
+		park := t.parkedAt[id] - (t.expiredAt[id] - l - int64(t.timeout))
+		w.maxPark = max(w.maxPark, park)
+		w.maxLateTime = max(w.maxLateTime, l-park)
 	}
 	// GC cycles end on the wall clock; epoch holds both clocks' readings.
 	var gc debug.GCStats
@@ -58,17 +74,19 @@ func writeTimeline(path string, t *tracker, start time.Duration) error {
 		return err
 	}
 	b := bufio.NewWriter(f)
-	fmt.Fprintln(b, "# window_start_ms\texpired\tmax_late_ms\tgc_ends")
+	fmt.Fprintln(b, "# window_start_ms\texpired\tmax_late_ms\tmax_late_after_park_ms\tmax_park_ms\tgc_ends")
 	for k := first; k <= last; k++ {
 		w := windows[k]
 		if w == nil {
 			continue
 		}
-		maxLate := "-"
+		maxLate, maxLateTime, maxPark := "-", "-", "-"
 		if w.expired > 0 {
 			maxLate = fmt.Sprintf("%.2f", ms(time.Duration(w.maxLate)))
+			maxLateTime = fmt.Sprintf("%.2f", ms(time.Duration(w.maxLateTime)))
+			maxPark = fmt.Sprintf("%.2f", ms(time.Duration(w.maxPark)))
 		}
-		fmt.Fprintf(b, "%d\t%d\t%s\t%d\n", k*timelineWindow.Milliseconds(), w.expired, maxLate, w.gcEnds)
+		fmt.Fprintf(b, "%d\t%d\t%s\t%s\t%s\t%d\n", k*timelineWindow.Milliseconds(), w.expired, maxLate, maxLateTime, maxPark, w.gcEnds)
 	}
 	if err := b.Flush(); err != nil {
 		f.Close()
