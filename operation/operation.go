@@ -45,10 +45,6 @@ type sealed = lifecycle.Sealed
 // context's cause (WithContext) and CompleteForKey's.
 var ErrExpired = errors.New("operation: timed out")
 
-// MaxKeys is the most keys one operation can be watched on: its live watch
-// entries are counted in 21 bits of its state (2,097,151 keys).
-const MaxKeys = 1<<21 - 1
-
 // Base gives a DelayedOperation Kafka's semantics. Embed it and call Init
 // once, before the operation is used:
 //

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/optest"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
@@ -84,11 +83,6 @@ func TestCauseOfEarlyCompletion(t *testing.T) {
 	assert.NoError(t, o.Cause())
 	assert.False(t, o.IsExpired())
 	assert.False(t, o.IsCancelled())
-}
-
-// MaxKeys matches the lifecycle's watch counter.
-func TestMaxKeys(t *testing.T) {
-	assert.Equal(t, lifecycle.MaxKeys, operation.MaxKeys)
 }
 
 func TestKeysPrint(t *testing.T) {

@@ -23,7 +23,8 @@ var (
 	// ErrAlreadyWatched is returned for an operation that is already parked
 	// in a purgatory, completed, or cancelled by CancelForKey.
 	ErrAlreadyWatched = errors.New("purgatory: operation already parked, completed or cancelled")
-	// ErrTooManyKeys is returned for more than operation.MaxKeys keys.
+	// ErrTooManyKeys is returned for a park on more than 2,097,151 keys
+	// (2^21-1: an operation counts its live watch entries in 21 bits).
 	ErrTooManyKeys = errors.New("purgatory: too many keys")
 	// ErrFull is returned by TryCompleteElseWatch when the number of
 	// pending operations has reached the bound set by WithMaxPending. The

@@ -6,7 +6,6 @@ import (
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
 	"github.com/purgatory-go/purgatory/internal/watchers"
-	"github.com/purgatory-go/purgatory/operation"
 )
 
 // TryCompleteElseWatch tries to complete op now; if it cannot, it watches op
@@ -32,7 +31,7 @@ import (
 //
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
 // uninitialised operation, an operation already parked, completed or
-// cancelled (ErrAlreadyWatched), more than operation.MaxKeys keys
+// cancelled (ErrAlreadyWatched), more than 2,097,151 keys
 // (ErrTooManyKeys), WithMaxPending operations already pending (ErrFull), or
 // after Shutdown (ErrShutdown).
 func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
@@ -52,7 +51,7 @@ func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 		}
 		return false, ErrShutdown
 	}
-	if len(keys) > operation.MaxKeys {
+	if len(keys) > lifecycle.MaxKeys {
 		return false, ErrTooManyKeys
 	}
 	// Refused at once, with no lock waited for and no place taken: a

@@ -400,6 +400,12 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, purgatory.ErrAlreadyWatched)
 	assert.Equal(t, 1, p.Watched(), "a refused call parks nothing")
 	assert.Equal(t, 1, p.NumDelayed())
+	many := make([]string, 1<<21) // one over the 2^21-1 that 21 bits count
+	_, err = p.TryCompleteElseWatch(newOp(time.Second), many...)
+	assert.ErrorIs(t, err, purgatory.ErrTooManyKeys)
+	_, err = p.TryCompleteElseWatch(newOp(time.Second), many[1:]...)
+	assert.NoError(t, err, "2^21-1 keys park")
+	assert.Equal(t, 2, p.NumDelayed())
 
 	_, err = purgatory.New[string, *mockOp]("bad", purgatory.WithPurgeInterval(-1))
 	assert.ErrorIs(t, err, purgatory.ErrInvalidOption)
