@@ -96,7 +96,7 @@ const (
 	addWaiters uint32 = 8
 
 	// touched records that the entry has been added, or rescheduled
-	// (RescheduleHeld), at least once. It is never cleared: an owner
+	// (OpEntry.RescheduleHeld), at least once. It is never cleared: an owner
 	// reads it to learn whether somebody has scheduled the entry already
 	// (Touched).
 	touched uint32 = 16
@@ -126,23 +126,6 @@ func (f *flags) HoldAdd() {
 		}
 		WaitBit(&f.State, addLock, addWaiters)
 	}
-}
-
-// RescheduleHeld gives the entry a new delay and cancels it: the caller
-// adds it again, and the Add measures the delay from its own reading of
-// the clock (Add moves nothing that is cancelled, it places it anew). A
-// run that fired before it finds the entry no longer fired (IsFired). The
-// caller holds the add-lock (HoldAdd), so that an Add (or a refile by the
-// timer) of the same entry reads either the old delay or the new one.
-// The caller's UnlockAdd takes the entry out of its bucket.
-func (e *Entry) RescheduleHeld(delay time.Duration) {
-	for {
-		w := e.State.Load()
-		if e.State.CompareAndSwap(w, w&^stateMask|stateCancelled|touched) {
-			break
-		}
-	}
-	atomic.StoreInt64(&e.Delay, int64(delay))
 }
 
 // Deadline returns when an entry with delay nanoseconds is due if added at
@@ -256,9 +239,8 @@ func (f *flags) TryLockAdd() bool {
 }
 
 // UnlockAdd releases the add-lock. If the entry stopped being pending while
-// the lock was held (a Cancel, a firing, a RescheduleHeld), it first makes
-// sure the entry is unlinked: the Cancel may have looked for it before it
-// was linked. It does so before letting go, so that it cannot take out the
+// the lock was held (a Cancel, a firing), it first makes sure the entry is
+// unlinked: the Cancel may have looked for it before it was linked. It does so before letting go, so that it cannot take out the
 // link of an Add that takes the lock after it; a Cancel that comes after
 // its look finds the entry linked and unlinks it itself.
 //

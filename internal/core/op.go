@@ -103,9 +103,13 @@ func (e *OpEntry) UnlockAdd() {
 	}
 }
 
-// RescheduleHeld gives the entry a new delay and cancels it, as
-// Entry.RescheduleHeld does; the caller holds the add-lock, and adds the
-// entry again after letting go.
+// RescheduleHeld gives the entry a new delay and cancels it: the caller
+// adds it again, and the add measures the delay from its own reading of
+// the clock (an add moves nothing that is cancelled, it places it anew).
+// A run that fired before it finds the entry no longer fired. The caller
+// holds the add-lock (HoldAdd), so that an add (or a refile by the timer)
+// of the same entry reads either the old delay or the new one; its
+// UnlockAdd takes the entry out of its slot.
 func (e *OpEntry) RescheduleHeld(delay time.Duration) {
 	for {
 		w := e.State.Load()
