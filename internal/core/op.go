@@ -1,6 +1,7 @@
 package core
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -403,17 +404,7 @@ func (t *Timer) AddOp(e *OpEntry) (*Slot, error) {
 		mu.RUnlock()
 		return e.Handle(), nil
 	}
-	now := int64(t.now())
-	if t.hooks != nil && t.hooks.clockRead != nil {
-		t.hooks.clockRead()
-	}
-	e.Expire = Deadline(int64(e.LoadDelay()), now)
-	t.placeOp(e, now)
-	e.UnlockAdd()
-	mu.RUnlock()
-	if t.queue.late(now) {
-		t.queue.nudge(now)
-	}
+	t.fileOp(e, int64(e.LoadDelay()), mu)
 	return e.Handle(), nil
 }
 
@@ -432,15 +423,27 @@ func (t *Timer) addSlot(s *Slot) error {
 		return ErrClosed
 	}
 	e.LockAdd()
+	t.fileOp(e, int64(e.LoadDelay()), mu)
+	return nil
+}
+
+// fileOp ends an add of e's timeout, the caller holding mu's read lock and
+// e's add-lock: it reads the clock, gives e the deadline delay from it,
+// files e there (placeOp), lets go of both locks and, if the goroutine
+// advancing the clock is late, nudges it. Reading the clock and filing
+// under the read lock make the two one step for a turn (see turn).
+func (t *Timer) fileOp(e *OpEntry, delay int64, mu *sync.RWMutex) {
 	now := int64(t.now())
-	e.Expire = Deadline(int64(e.LoadDelay()), now)
+	if t.hooks != nil && t.hooks.clockRead != nil {
+		t.hooks.clockRead()
+	}
+	e.Expire = Deadline(delay, now)
 	t.placeOp(e, now)
 	e.UnlockAdd()
 	mu.RUnlock()
 	if t.queue.late(now) {
 		t.queue.nudge(now)
 	}
-	return nil
 }
 
 // placeOp files e at e.Expire: in the current tick's bucket if it is due
@@ -491,14 +494,7 @@ func (t *Timer) Reschedule(e *OpEntry, delay time.Duration, g Guard) bool {
 		return false
 	}
 	atomic.StoreInt64(&e.Delay, int64(delay))
-	now := int64(t.now())
-	e.Expire = Deadline(int64(delay), now)
-	t.placeOp(e, now)
-	e.UnlockAdd()
-	mu.RUnlock()
-	if t.queue.late(now) {
-		t.queue.nudge(now)
-	}
+	t.fileOp(e, int64(delay), mu)
 	return true
 }
 

@@ -24,8 +24,8 @@ type hooks struct {
 	// add linked it, or found it cancelled (true), before the lock is
 	// released.
 	refile func(e *Entry, linked bool)
-	// clockRead is called by Add once it has read the clock, holding its
-	// read lock, before it files the entry.
+	// clockRead is called by an add (Add, or fileOp) once it has read the
+	// clock, holding its read lock, before it files the entry.
 	clockRead func()
 	// turning is called by turn before it takes the write lock.
 	turning func()
