@@ -486,9 +486,7 @@ func (o *Op) completed(s uint32, k Outcome, end int64) {
 // operation is its meta: its Tracker's, or its own with what it reports
 // (a cause, a context).
 func (o *Op) release() {
-	e := o.entry()
-	e.Cancel()
-	e.Leave()
+	o.leaveTimer()
 	if x := o.ext(); x != nil {
 		if stop := x.stop.Swap(nil); stop != nil {
 			(*stop)()
@@ -597,8 +595,8 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // pushed entries are tombstones from the start. The caller holds the lock
 // (Lock), so two Parks of one operation cannot interleave.
 //
-// With deferred, Park finishes a park that DeferPark accepted: the Tracker,
-// the Handle, the Observer's state and its place (Reserve) are in place,
+// With deferred, Park finishes a park that DeferPark accepted: the meta
+// (its Tracker and the Observer's state) and its place (Reserve) are in place,
 // and Park only swaps the deferral for the park; it fails if a
 // ForceComplete completed the operation since (the completion counted
 // it). Otherwise it refuses (Already) an operation that is parked,
@@ -616,8 +614,8 @@ func ExpireLocked(o *Op, k Outcome) bool { return o.complete(k, true) }
 // completes an unparked operation (Park then fails) or sees it. The
 // Handle comes with the timeout (AddTimeout).
 func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) Refusal {
-	w := o.word()
 	if deferred {
+		w := o.word()
 		for {
 			s := w.Load()
 			if s&stDeferred == 0 {
@@ -635,11 +633,30 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) Refusal {
 		sl.pmu.Lock()
 		defer sl.pmu.Unlock()
 	}
+	r, x := o.accept(t, now, watches, stParked|uint32(watches)<<watchShift)
+	if x != nil {
+		o.abandon(t, x, now)
+	}
+	return r
+}
+
+// accept is the acceptance that Park and DeferPark share, under the
+// lock's pmu for an operation with a SharedLock. It refuses an operation
+// that cannot be parked (Already) and one for which there is no place
+// (Full); otherwise it takes the place (Reserve), publishes the park
+// (publish) and swaps bits into the state. Only a ForceComplete can beat
+// the swap (the caller holds the operation's lock, or defers to its
+// holder, and nothing else completes an operation that is not parked):
+// then accept gives the handle and the place back and refuses, returning
+// the meta whose Observer must hear that the operation left, which the
+// caller passes to abandon once it has let go of what it must.
+func (o *Op) accept(t *Tracker, now int64, watches int, bits uint32) (Refusal, *meta) {
+	w := o.word()
 	if w.Load()&unparkable != 0 {
-		return Already
+		return Already, nil
 	}
 	if !t.Reserve() {
-		return Full
+		return Full, nil
 	}
 	x := o.publish(t, now, watches)
 	if hk := t.Hooks; hk != nil && hk.Published != nil {
@@ -648,16 +665,12 @@ func Park(o *Op, t *Tracker, now int64, watches int, deferred bool) Refusal {
 	for {
 		s := w.Load()
 		if s&unparkable != 0 {
-			// Only a ForceComplete can get here (the caller holds the
-			// lock, and nothing else completes an operation that is not
-			// parked).
 			o.entry().Leave()
 			t.release()
-			o.abandon(t, x, now)
-			return Already
+			return Already, x
 		}
-		if w.CompareAndSwap(s, s|stParked|uint32(watches)<<watchShift) {
-			return Accepted
+		if w.CompareAndSwap(s, s|bits) {
+			return Accepted, nil
 		}
 	}
 }
@@ -746,7 +759,7 @@ func ArmContext(o *Op) {
 	}
 	fh.stop.Store(&stop)
 	// A completion that ran before the Store found nothing to stop.
-	if o.word().Load()&(stCompleted|stCancelled) != 0 {
+	if o.done() {
 		if s := fh.stop.Swap(nil); s != nil {
 			(*s)()
 		}
@@ -822,9 +835,8 @@ func AddTimeout(o *Op, c *core.Timer, user timer.Timer) (*Handle, error) {
 	default:
 		h = e.Handle()
 	}
-	if o.word().Load()&(stCompleted|stCancelled) != 0 {
-		e.Cancel()
-		e.Leave()
+	if o.done() {
+		o.leaveTimer() // as CancelTimerIfDone: the completion may have come first
 		return nil, err
 	}
 	return h, err
@@ -835,10 +847,20 @@ func AddTimeout(o *Op, c *core.Timer, user timer.Timer) (*Handle, error) {
 // way after adding): the completion's release may have run before the
 // Add.
 func CancelTimerIfDone(o *Op) {
-	if o.word().Load()&(stCompleted|stCancelled) != 0 {
-		o.entry().Cancel()
-		o.entry().Leave()
+	if o.done() {
+		o.leaveTimer()
 	}
+}
+
+// done reports whether the operation has completed or been cancelled.
+func (o *Op) done() bool { return o.word().Load()&(stCompleted|stCancelled) != 0 }
+
+// leaveTimer cancels the operation's timeout and takes it out of its
+// timer's slots, its handle included.
+func (o *Op) leaveTimer() {
+	e := o.entry()
+	e.Cancel()
+	e.Leave()
 }
 
 // PendingIn reports whether the operation is parked in the purgatory that

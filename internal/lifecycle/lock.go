@@ -118,10 +118,7 @@ func TryComplete(o *Op) bool {
 		defer l.Unlock()
 		return o.checkable() && o.tryComplete()
 	}
-	var shared *SharedLock
-	if fh := o.fat(); fh != nil {
-		shared = fh.sharedLock()
-	}
+	shared := o.sharedLock()
 	done := false
 	for o.checkable() {
 		if tl.TryLock() {
@@ -187,8 +184,8 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // It refuses, accepting nothing, an operation that cannot be parked (it
 // is parked, completed or cancelled, or another park of it is deferred
 // already: Already), and one for which there is no place (Reserve: Full).
-// Otherwise the park is accepted at once, as Park would accept it: the
-// Tracker and Handle are published and the Observer is told of the park
+// Otherwise the park is accepted at once, as Park would accept it (both
+// use accept): the meta and its Tracker are published and the Observer is told of the park
 // (now and watches as for Park), then the state records the deferral
 // (stDeferred). A ForceComplete from then until the park runs
 // completes the operation as an early completion of an accepted park: it
@@ -203,31 +200,11 @@ func LockForPark(o *Op) (sync.Locker, bool) {
 // the Observer.
 func DeferPark(o *Op, t *Tracker, now int64, watches int, park func()) Refusal {
 	sl := o.sharedLock()
-	w := o.word()
 	sl.pmu.Lock()
-	if w.Load()&unparkable != 0 {
+	if r, x := o.accept(t, now, watches, stDeferred); r != Accepted {
 		sl.pmu.Unlock()
-		return Already
-	}
-	if !t.Reserve() {
-		sl.pmu.Unlock()
-		return Full
-	}
-	x := o.publish(t, now, watches)
-	for {
-		s := w.Load()
-		if s&unparkable != 0 {
-			// A ForceComplete (nothing else acts on an operation that is
-			// not parked): refused, as Park refuses it.
-			sl.pmu.Unlock()
-			o.entry().Leave()
-			t.release()
-			o.abandon(t, x, now)
-			return Already
-		}
-		if w.CompareAndSwap(s, s|stDeferred) {
-			break
-		}
+		o.abandon(t, x, now)
+		return r
 	}
 	sl.parks = append(sl.parks, park)
 	sl.pmu.Unlock()
@@ -256,7 +233,7 @@ func TryCompleteLocked(o *Op) bool { return o.checkable() && o.tryComplete() }
 // whose notes are kept on the lock, is always tried.
 func LastTryLocked(o *Op, missed bool) bool {
 	if !missed && !o.clear(stTryAgain) {
-		if fh := o.fat(); fh == nil || fh.sharedLock() == nil {
+		if o.sharedLock() == nil {
 			return false
 		}
 	}

@@ -32,8 +32,8 @@ type Tracker struct {
 	MaxPending int64
 	reserved   atomic.Int64
 
-	// Obs, if set, is told of every park and departure, and Park then
-	// gives each operation a handle extension to keep what Obs needs.
+	// Obs, if set, is told of every park and departure, and a park then
+	// gives each operation a meta of its own to keep what Obs needs.
 	// Nil, nothing is read or written for it beyond this field. Set it
 	// before the Tracker is used.
 	Obs Observer
@@ -68,10 +68,11 @@ type Observer interface {
 	// Now reads the clock that times the stay in purgatory. Park's now
 	// must be a reading of it.
 	Now() int64
-	// Parked is told of o's park, under o's lock and before the park is
-	// published, so that nothing can complete o before it returns: what it
-	// returns is kept on o's handle and given to Left. ctx is the context
-	// given to Init, or nil.
+	// Parked is told of o's park before the park is published, under o's
+	// lock (or, for a park deferred to the holder of o's SharedLock, under
+	// that lock's pmu), so that nothing can complete o before it returns:
+	// what it returns is kept in o's meta and given to Left. ctx is the
+	// context given to Init, or nil.
 	Parked(o *Op, ctx context.Context, keys int) any
 	// Left is told, once for each Parked, that o left as k (Cancelled for
 	// a cancel): state is what Parked returned, parked and end the clock
@@ -135,8 +136,9 @@ func (t *Tracker) Counts() Counts {
 // Hooks are called between two steps of a transition that another
 // goroutine may act between. Each may be nil.
 type Hooks struct {
-	// Published runs in Park once the Tracker and Handle are published,
-	// before the compare-and-swap that parks.
+	// Published runs in a park (Park, or DeferPark) once its meta, and
+	// with it the Tracker, is published, before the compare-and-swap that
+	// parks the operation or records its deferral.
 	Published func(o *Op)
 	// Registered runs in ArmContext once the context's AfterFunc is
 	// registered, before its stop function is stored.
@@ -203,9 +205,6 @@ func (t *Tracker) Reserve() bool {
 	}
 	return true
 }
-
-// Unreserve gives back a place taken by Reserve that Park did not use.
-func (t *Tracker) Unreserve() { t.release() }
 
 func (t *Tracker) release() {
 	if t.MaxPending > 0 {
