@@ -156,9 +156,6 @@ type Sealed interface {
 	mustEmbedTaskBaseSlot() *Slot
 }
 
-// Of returns the Entry of s, or nil if s is an operation's Slot.
-func Of(s Sealed) *Entry { return s.mustEmbedTaskBase() }
-
 // EntryOf returns b's Entry.
 func EntryOf(b *Base) *Entry { return &b.e }
 

@@ -83,7 +83,7 @@ func (t *Timer) runDue() {
 
 // bucketOf returns the bucket e is linked into, or nil.
 func bucketOf(e Sealed) *bucket {
-	te := Of(e)
+	te := e.mustEmbedTaskBase()
 	if !te.Linked() {
 		return nil
 	}

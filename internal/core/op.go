@@ -121,13 +121,13 @@ func (e *OpEntry) RescheduleHeld(delay time.Duration) {
 	atomic.StoreInt64(&e.Delay, int64(delay))
 }
 
-// pendHeld makes the entry pending (and touched), if it is pending already
-// or has never been added or rescheduled; with moving, also if it is
-// pending, and not if it has been touched otherwise. It reports whether
-// it did: not for an entry that has fired (its run under way decides), or
-// been cancelled (by its owner's completion, which may come at any moment:
-// it swaps the state even while the add-lock is held, and must not be
-// undone). The caller holds the add-lock.
+// pendHeld makes the entry pending (and touched) if it has never been
+// added or rescheduled, or, with moving, if it is pending already. It
+// reports whether it did: not for an entry added since (without moving),
+// one that has fired (its run under way decides), or one cancelled (by its
+// owner's completion, which may come at any moment: it swaps the state
+// even while the add-lock is held, and must not be undone). The caller
+// holds the add-lock.
 func (e *OpEntry) pendHeld(moving bool) bool {
 	for {
 		w := e.State.Load()
@@ -335,8 +335,8 @@ func (c *slotChunks) take() []*slotChunk {
 	return ch
 }
 
-// each calls f for every slot that holds an entry whose current slot it
-// is and which is pending.
+// eachCurrent calls f for every slot of chunks that holds an entry whose
+// current slot it is and which is pending.
 func eachCurrent(chunks []*slotChunk, f func(*Slot, *OpEntry)) {
 	for _, ch := range chunks {
 		for i := range ch {

@@ -135,16 +135,6 @@ func TestExpireNeedsParked(t *testing.T) {
 	assert.Equal(t, lifecycle.Expired, k)
 }
 
-// MaxPending is a hard bound on reservations.
-func TestReserve(t *testing.T) {
-	tr := lifecycle.Tracker{MaxPending: 2}
-	assert.True(t, tr.Reserve())
-	assert.True(t, tr.Reserve())
-	assert.False(t, tr.Reserve())
-	tr.Unreserve()
-	assert.True(t, tr.Reserve())
-}
-
 // parkCounted parks o and, if that succeeds, counts it as pending, as a
 // purgatory's park does once the timeout is in its timer.
 func parkCounted(o *lifecycle.Op, t *lifecycle.Tracker, now int64, watches int, deferred bool) (*lifecycle.Handle, bool) {

@@ -128,3 +128,14 @@ func parkCounted(o *Op, t *Tracker, now int64, watches int, deferred bool) (*Han
 	Arrived(o, t, watches)
 	return h, true
 }
+
+// MaxPending is a hard bound on reservations: a place given back (release)
+// can be taken again.
+func TestReserve(t *testing.T) {
+	tr := Tracker{MaxPending: 2}
+	assert.True(t, tr.Reserve())
+	assert.True(t, tr.Reserve())
+	assert.False(t, tr.Reserve())
+	tr.release()
+	assert.True(t, tr.Reserve())
+}
