@@ -257,6 +257,12 @@ func (sh *shard[K]) getOrAddLocked(h uint64, key K) *list[K] {
 	if l := sh.getLocked(h, key); l != nil {
 		return l
 	}
+	return sh.addLocked(h, key)
+}
+
+// addLocked adds an empty list for key, whose hash is h and which has
+// none, and returns it. The caller holds the shard's lock.
+func (sh *shard[K]) addLocked(h uint64, key K) *list[K] {
 	l := sh.free
 	if l != nil {
 		sh.free, sh.nfree = l.next, sh.nfree-1
@@ -428,7 +434,7 @@ func (w *Watchers[K]) watchMarked(h *lifecycle.Handle, keys []K, m *Marks) (miss
 		l := sh.getLocked(hash, keys[i])
 		switch {
 		case l == nil:
-			sh.getOrAddLocked(hash, keys[i]).push(h)
+			sh.addLocked(hash, keys[i]).push(h)
 		case l.more != nil:
 			l.more.push(h)
 		case l.one == nil:
