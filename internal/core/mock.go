@@ -32,12 +32,7 @@ func NewMock() *Mock {
 func (m *Mock) Advance(d time.Duration) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	before, _ := m.Counts()
-	m.turn(func() { m.Clock.Advance(d) })
-	for m.AdvanceDue() {
-	}
-	after, _ := m.Counts()
-	return int(after - before)
+	return m.runDue(func() { m.Clock.Advance(d) })
 }
 
 // AdvanceClock waits up to timeout, on the mock clock, for a task to be
@@ -57,11 +52,17 @@ func (m *Mock) AdvanceClock(timeout time.Duration) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.runDue() > 0
+	return m.runDue(nil) > 0
 }
 
-func (m *Mock) runDue() int {
+// runDue runs every task that is due, after a first turn that calls move
+// (if not nil) under the write lock, and returns how many ran. The caller
+// holds mu.
+func (m *Mock) runDue(move func()) int {
 	before, _ := m.Counts()
+	if move != nil {
+		m.turn(move)
+	}
 	for m.AdvanceDue() {
 	}
 	after, _ := m.Counts()
