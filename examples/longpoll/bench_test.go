@@ -219,15 +219,22 @@ func BenchmarkWakeAll(b *testing.B) {
 			r.release()
 		}
 	})
-	var p50, p99 [2]float64
+	p50, p99 := percentiles(lat)
+	report(b, p50, "p50-ns")
+	report(b, p99, "p99-ns")
+}
+
+// percentiles sorts each of the two sets of latencies (one a server, or a
+// mode) and returns their medians and 99th percentiles, in nanoseconds
+// (nearest rank).
+func percentiles(lat [2][]time.Duration) (p50, p99 [2]float64) {
 	for s := range lat {
 		slices.Sort(lat[s])
 		n := len(lat[s])
 		p50[s] = float64(lat[s][(n+1)/2-1])
 		p99[s] = float64(lat[s][(n*99+99)/100-1])
 	}
-	report(b, p50, "p50-ns")
-	report(b, p99, "p99-ns")
+	return p50, p99
 }
 
 // BenchmarkPollCPU reports the process's CPU time (user and system, every

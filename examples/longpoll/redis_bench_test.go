@@ -106,13 +106,7 @@ func BenchmarkClusterWakeAll(b *testing.B) {
 			r.release()
 		}
 	})
-	var p50, p99 [2]float64
-	for m := range lat {
-		slices.Sort(lat[m])
-		n := len(lat[m])
-		p50[m] = float64(lat[m][(n+1)/2-1])
-		p99[m] = float64(lat[m][(n*99+99)/100-1])
-	}
+	p50, p99 := percentiles(lat)
 	reportModes(b, p50, "p50-ns")
 	reportModes(b, p99, "p99-ns")
 }
