@@ -186,10 +186,17 @@ func lateReset(part []porcupine.Operation) []porcupine.Operation {
 // Reserve until it finds the operation completed, within its call
 // (docs/purgatory.md, "Back-pressure").
 func overtakenHold(ce []porcupine.Operation) []porcupine.Operation {
+	return refusalsHold(ce, func(park porcupine.Operation) bool { return overtaken(ce, park) })
+}
+
+// refusalsHold returns ce with each park refused with ErrAlreadyWatched
+// for which holds reports true split into a hold of a place and its
+// release (evHold, then evRelease), both within the park's call.
+func refusalsHold(ce []porcupine.Operation, holds func(park porcupine.Operation) bool) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, e := range ce {
 		in := e.Input.(pin)
-		if in.kind == evPark && e.Output.(pout).err == errAlready && overtaken(ce, e) {
+		if in.kind == evPark && e.Output.(pout).err == errAlready && holds(e) {
 			h, r := e, e
 			h.Input = pin{kind: evHold, op: in.op}
 			r.Input = pin{kind: evRelease, op: in.op}
@@ -218,19 +225,7 @@ func overtaken(ce []porcupine.Operation, park porcupine.Operation) bool {
 // park refused with ErrAlreadyWatched holds a place for a while within
 // its call (evHold, then evRelease).
 func refusedHold(ce []porcupine.Operation) []porcupine.Operation {
-	var out []porcupine.Operation
-	for _, e := range ce {
-		in := e.Input.(pin)
-		if in.kind == evPark && e.Output.(pout).err == errAlready {
-			h, r := e, e
-			h.Input = pin{kind: evHold, op: in.op}
-			r.Input = pin{kind: evRelease, op: in.op}
-			out = append(out, h, r)
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
+	return refusalsHold(ce, func(porcupine.Operation) bool { return true })
 }
 
 // countEvents are the events countModel looks at.
