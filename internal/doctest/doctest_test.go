@@ -116,14 +116,7 @@ func source(b block) string {
 // earlier; all pages build in one go build, with errors reported at the
 // blocks' lines in the Markdown files.
 func TestGoBlocksCompile(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
-	tmp, err := os.MkdirTemp(root, ".doctest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
+	tmp := scratchDir(t)
 	var pkgs []string
 	n := 0
 	for i, f := range docFiles(t) {
@@ -361,14 +354,7 @@ func declName(d ast.Decl) (string, bool) {
 // compile with a message that names what to embed: the sealing methods
 // are named for it.
 func TestSealingMessagesSayWhatToEmbed(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
-	tmp, err := os.MkdirTemp(root, ".doctest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
+	tmp := scratchDir(t)
 	for name, src := range map[string]string{
 		"op": `package op
 
@@ -416,4 +402,19 @@ var _ timer.Task = (*notBase)(nil)
 			t.Errorf("the compiler's message does not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// scratchDir skips the test without a go command, and returns a directory
+// inside the module, removed when the test ends, for code to build there.
+func scratchDir(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	tmp, err := os.MkdirTemp(root, ".doctest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	return tmp
 }
