@@ -330,19 +330,27 @@ func (s *story) lines() []string {
 	return append([]string(nil), s.log...)
 }
 
+// storyOfASharedLockOp returns a purgatory on a MockTimer, with no reaper,
+// whose observer is a story, and an operation with an hour's timeout
+// under a SharedLock of its own.
+func storyOfASharedLockOp(t *testing.T) (*story, *purgatory.Purgatory[string, *mockOp], *operation.SharedLock, *mockOp) {
+	t.Helper()
+	s := &story{}
+	p, err := purgatory.New[string, *mockOp]("deferred", purgatory.WithTimer(timer.NewMockTimer()),
+		purgatory.WithoutReaper(), purgatory.WithObserver(s))
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Shutdown(context.Background()) })
+	lock := new(operation.SharedLock)
+	return s, p, lock, newOp(time.Hour, operation.WithLock(lock))
+}
+
 // Regression (issue 35, 8a): a park deferred by its held SharedLock, whose
 // operation a ForceComplete completes before the unlock, is told to the
 // observer as parked and left early, in that order, before OnComplete:
 // the call that accepted it reported it parked, and Stats counts it.
 func TestDeferredParkForcedBeforeUnlockIsToldInOrder(t *testing.T) {
 	t.Parallel()
-	s := &story{}
-	p, err := purgatory.New[string, *mockOp]("deferred", purgatory.WithTimer(timer.NewMockTimer()),
-		purgatory.WithoutReaper(), purgatory.WithObserver(s))
-	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
-	lock := new(operation.SharedLock)
-	op := newOp(time.Hour, operation.WithLock(lock))
+	s, p, lock, op := storyOfASharedLockOp(t)
 	op.OnCompleteHook = func() { s.add("OnComplete") }
 	lock.Lock()
 	done, err := p.TryCompleteElseWatch(op, "k")
@@ -363,13 +371,7 @@ func TestDeferredParkForcedBeforeUnlockIsToldInOrder(t *testing.T) {
 // observer hears of that one only, never of a park it then refused.
 func TestParkRefusedForADeferredOneIsNotTold(t *testing.T) {
 	t.Parallel()
-	s := &story{}
-	p, err := purgatory.New[string, *mockOp]("deferred", purgatory.WithTimer(timer.NewMockTimer()),
-		purgatory.WithoutReaper(), purgatory.WithObserver(s))
-	require.NoError(t, err)
-	defer p.Shutdown(context.Background())
-	lock := new(operation.SharedLock)
-	op := newOp(time.Hour, operation.WithLock(lock))
+	s, p, _, op := storyOfASharedLockOp(t)
 	other := make(chan error, 1)
 	var once sync.Once
 	purgatory.SetPublishedHook(p, func(*lifecycle.Op) {
