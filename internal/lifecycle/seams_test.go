@@ -307,3 +307,32 @@ func TestResetWaitsForTheExpirysDecision(t *testing.T) {
 	assert.True(t, done)
 	assert.Equal(t, Expired, k)
 }
+
+// A ForceComplete that lands after DeferPark published the meta of a park
+// deferred to the holder of the operation's SharedLock, but before the
+// swap that records the deferral: the park is refused, its place is given
+// back, the Observer hears of the park and of an early departure with the
+// state Parked returned, nothing is counted, and the deferred park never
+// runs, not even when the lock is let go.
+func TestForceCompleteBetweenPublishAndDeferralCAS(t *testing.T) {
+	t.Parallel()
+	sl := new(SharedLock)
+	o := &seamOp{}
+	Init(&o.Op, o, 0, Options{Lock: sl})
+	tr, r := clockWith(7, nil)
+	tr.MaxPending = 1
+	at(tr, "published", func(o *Op) { require.True(t, ForceComplete(o)) })
+	sl.Lock()
+	ran := false
+	got := DeferPark(&o.Op, tr, 3, 1, func() { ran = true })
+	sl.Unlock()
+
+	assert.Equal(t, Already, got)
+	assert.False(t, ran, "a refused deferral leaves nothing to run")
+	assert.Equal(t, 1, o.completes)
+	assert.Equal(t, Counts{}, tr.Counts(), "nothing counted")
+	assert.True(t, tr.Reserve(), "the place is given back")
+	require.Len(t, r.events, 2)
+	assert.Equal(t, "parked", r.events[0].call)
+	assert.Equal(t, event{"left", Early, r.events[0].state, 3, 7, 0}, r.events[1])
+}
