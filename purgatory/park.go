@@ -173,7 +173,7 @@ func (p *Purgatory[K, T]) park(o *lifecycle.Op, keys []K, levels []int64, deferr
 // expired now rather than left without a timeout, unless
 // WithLeavePendingOnShutdown asks for pending operations to be left.
 func (p *Purgatory[K, T]) addTimeout(o *lifecycle.Op) *lifecycle.Handle {
-	h, err := lifecycle.AddTimeout(o, p.core, p.timer)
+	h, err := lifecycle.AddTimeout(o, p.tracker.Core, p.timer)
 	if err != nil && !p.leavePending {
 		lifecycle.ExpireLocked(o, lifecycle.Shutdown)
 	}
@@ -270,8 +270,8 @@ func (p *Purgatory[K, T]) ResetTimeout(op T, timeout time.Duration) bool {
 	if !lifecycle.PendingIn(o, &p.tracker) {
 		return false
 	}
-	if p.core != nil {
-		if !lifecycle.ResetIn(o, p.core, timeout) {
+	if c := p.tracker.Core; c != nil {
+		if !lifecycle.ResetIn(o, c, timeout) {
 			return false
 		}
 		p.at(stepReset)

@@ -30,10 +30,10 @@ type Purgatory[K comparable, T operation.DelayedOperation] struct {
 	ptrT, ifaceT bool
 	watchers     *watchers.Watchers[K]
 	timer        timer.Timer // nil with WithoutTimer
-	// core is timer's engine if timer is one of package timer's (a
-	// SystemTimer, a MockTimer, a Reaper of either), or nil: a reset is
-	// one step there (lifecycle.ResetIn).
-	core    *core.Timer
+	// tracker.Core is timer's engine if timer is one of package timer's (a
+	// SystemTimer, a MockTimer, a Reaper of either), or nil: a timeout is
+	// then a slot (lifecycle.AddTimeout), and a reset one step
+	// (lifecycle.ResetIn).
 	tracker lifecycle.Tracker
 	// obs tells the Observers given to WithObserver; nil without any.
 	obs *observing[K, T]
@@ -167,8 +167,7 @@ func New[K comparable, T operation.DelayedOperation](name string, opts ...Option
 		}
 		p.timer = st
 	}
-	p.core = core.TimerOf(p.timer)
-	p.tracker.Core = p.core
+	p.tracker.Core = core.TimerOf(p.timer)
 	if p.timer != nil {
 		p.now = func() int64 { return int64(p.timer.Now()) }
 	} else {
