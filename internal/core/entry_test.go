@@ -141,3 +141,35 @@ func TestCancelRacingReAdd(t *testing.T) {
 		}
 	}
 }
+
+// Issue 35, 4, at the seam: a Cancel that runs while a re-Add of the same
+// pending task holds its add-lock (between the Add's reading of the clock
+// and its filing) wins. The Cancel swaps the state and does not wait for
+// the add-lock, which this very goroutine holds. The Add takes the task
+// out of its old bucket, as any re-Add does, and links it nowhere: the
+// new bucket refuses a cancelled entry, and the Add's UnlockAdd would
+// take out what it had linked (the test fails only with both undone).
+// The task is in no bucket, counted nowhere, and never runs.
+func TestCancelInsideReAdd(t *testing.T) {
+	st, clk := newInlineTimer(t, withWheelSize(4))
+	task := newProbe(time.Millisecond)
+	require.NoError(t, st.Add(task))
+	require.NotNil(t, bucketOf(task))
+	tried, cancelled := false, false
+	st.hooks = &hooks{clockRead: func() {
+		if !tried {
+			tried = true
+			cancelled = task.Cancel()
+		}
+	}}
+	task.SetDelay(3 * time.Millisecond) // another bucket
+	require.NoError(t, st.Add(task))
+	require.True(t, tried)
+	assert.True(t, cancelled, "the Cancel found the task pending")
+	assert.True(t, task.entry().IsCancelled())
+	assert.Nil(t, bucketOf(task), "in no bucket")
+	assert.Zero(t, st.Size(), "counted nowhere")
+	clk.Advance(10 * time.Millisecond)
+	st.runDue()
+	assert.Zero(t, task.runs.Load(), "never run")
+}
