@@ -268,6 +268,26 @@ func (h *phist) settle() {
 			}
 		}
 		if !busy {
+			// The goroutine that ran a context's completion holds the
+			// operation's SharedLock until the completion returns, and
+			// after its unlock it makes the checks that found the lock
+			// held (a park's, say): they may complete another operation
+			// of the group after the completion above is recorded, and
+			// nothing of the history shows them coming. Each such check
+			// takes the lock, so taking and letting go of every lock
+			// until a round completes nothing waits for them (one that
+			// finds this goroutine holding the lock leaves its note,
+			// which the Unlock here runs).
+			for {
+				before := h.completions()
+				for _, l := range h.locks {
+					l.Lock()
+					l.Unlock()
+				}
+				if h.completions() == before {
+					break
+				}
+			}
 			h.settled = true
 			return
 		}
@@ -276,6 +296,17 @@ func (h *phist) settle() {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// completions counts the OnComplete calls recorded so far.
+func (h *phist) completions() int {
+	n := 0
+	for _, o := range h.ops {
+		o.mu.Lock()
+		n += len(o.rec.complete)
+		o.mu.Unlock()
+	}
+	return n
 }
 
 // accepted reports whether a TryCompleteElseWatch of operation i returned
