@@ -245,6 +245,30 @@ func (p *Purgatory[K, T]) CompleteForKey(key K, cause error) int {
 	return n
 }
 
+// Complete completes op, pending in this purgatory, with Cause reporting
+// cause, and reports whether this call completed it: false if op had
+// completed already (by any path), was cancelled, or was never parked
+// here. OnComplete runs, OnExpiration does not, and op is counted in
+// Stats.CompletedForKey, as for CompleteForKey.
+//
+// Unlike ForceComplete, Complete takes op's lock: if a TryComplete of op
+// is under way on another goroutine, Complete waits for it to return. So
+// a TryComplete that has claimed something for op (a message, a slot) and
+// completes it with ForceComplete is never overtaken by Complete, and
+// what it claimed is not stranded. Use it to end the operation of a
+// client that has gone away. Do not call it while holding op's lock (from
+// op's TryComplete, or a callback under a lock op shares).
+func (p *Purgatory[K, T]) Complete(op T, cause error) bool {
+	if p.isNil(op) {
+		return false
+	}
+	o := lifecycle.Of(op)
+	if !lifecycle.PendingIn(o, &p.tracker) {
+		return false
+	}
+	return lifecycle.CompleteLocked(o, &cause)
+}
+
 // ResetTimeout gives op, pending in this purgatory, the timeout timeout
 // from now: its deadline moves, earlier or later, and Timeout reports the
 // new one. It reports whether op was pending: false, changing nothing, if

@@ -227,6 +227,16 @@ func (p *Purgatory[K, T]) CheckAndComplete(key K) int {
 	return p.watchers.Check(key)
 }
 
+// CheckAndCompleteN tries the operations watching key in the order they
+// were parked, oldest first, and stops once n of them have completed; it
+// returns how many completed. n < 1 completes nothing. Use it where one
+// event can answer only one waiter (a message on a queue, a slot in a
+// pool): CheckAndCompleteN(key, 1) wakes the oldest operation that can
+// finish, and leaves the rest untried.
+func (p *Purgatory[K, T]) CheckAndCompleteN(key K, n int) int {
+	return p.watchers.CheckN(key, n)
+}
+
 // CheckAndCompleteUpTo tries to complete the operations watching key at a
 // level up to level (see Leveled), lowest level first, and returns how
 // many it completed. Operations watching key without a level are not

@@ -388,6 +388,23 @@ func CompleteWith(o *Op, cause *error) bool {
 	return o.complete(ForKey, true)
 }
 
+// CompleteLocked is CompleteWith made under the operation's lock: it waits
+// for a TryComplete of the operation under way on another goroutine to
+// return, as Kafka's forceComplete does since KAFKA-19312, so that a
+// TryComplete that has claimed something for the operation and is about
+// to complete it is never overtaken. Do not call it while holding the
+// operation's lock (a SharedLock included): it would wait for ever.
+func CompleteLocked(o *Op, cause *error) bool {
+	if o.word().Load()&(stParked|stCompleted) != stParked {
+		return false
+	}
+	l := o.lock()
+	l.Lock()
+	done := CompleteWith(o, cause)
+	o.unlockAndRecheck(l)
+	return done
+}
+
 // ForceComplete completes the operation early if nothing has completed it
 // yet, and reports whether this call did. It takes no lock: user code may
 // call it from anywhere, and TryComplete calls it under the lock. It

@@ -1,6 +1,7 @@
 package watchers
 
 import (
+	"math"
 	"sort"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
@@ -133,4 +134,4 @@ func (l *entries) shrinkLevelsLocked() {
 // completed. Operations watching key without a level are left alone. It
 // costs O(log n + k) for n entries on the key, k of them due, and drops
 // the key once its list is empty.
-func (w *Watchers[K]) CheckUpTo(key K, level int64) int { return w.check(key, true, level) }
+func (w *Watchers[K]) CheckUpTo(key K, level int64) int { return w.check(key, true, level, math.MaxInt) }

@@ -2,6 +2,7 @@ package watchers
 
 import (
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -556,7 +557,15 @@ func (l *list[K]) takeLocked(upTo bool, level int64, live func(*lifecycle.Op)) i
 // Check calls TryComplete on every live operation watching key, and
 // returns how many it completed (Kafka's tryCompleteWatched). It drops the
 // key's tombstones on the way, and the key itself once its list is empty.
-func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0) }
+func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0, math.MaxInt) }
+
+// CheckN is Check that stops once n operations have completed.
+func (w *Watchers[K]) CheckN(key K, n int) int {
+	if n < 1 {
+		return 0
+	}
+	return w.check(key, false, 0, n)
+}
 
 // check is Check and, with upTo, CheckUpTo(key, level): under the shard's
 // lock it drops the tombstones among the entries to be tried and collects
@@ -565,7 +574,7 @@ func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0) }
 // tryCompleteWatched does. (Which entries to take is a flag, not a func
 // value: a closure passed through one escapes, and costs two allocations a
 // check.)
-func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
+func (w *Watchers[K]) check(key K, upTo bool, level int64, limit int) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	// Counted before the lookup, found or not: a Watch of this key that
@@ -587,6 +596,9 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64) int {
 
 	completed := 0
 	for _, op := range ops {
+		if completed == limit {
+			break
+		}
 		if lifecycle.TryComplete(op) {
 			completed++
 		}
