@@ -160,3 +160,42 @@ func benchCheckMiss(b *testing.B, n int) {
 		}
 	}
 }
+
+// BenchmarkHotCheckMiss10000: a CheckAndComplete of a key that 10,000
+// operations watch, none of which completes: what a queue's event costs
+// when every waiter is tried.
+func BenchmarkHotCheckMiss10000(b *testing.B) { benchCheckMiss(b, 10000) }
+
+// BenchmarkHotWakeOne1 and BenchmarkHotWakeOne10000: a round of a queue
+// with 1 or 10,000 receivers parked on one key. The oldest can now finish
+// and a CheckAndCompleteN(key, 1) completes it; then a new receiver parks
+// at the back, so that as many wait in every round. The park is the same
+// in both, so the difference between the two is what the waiters behind
+// the oldest cost the check: nothing, if it tries the oldest first and
+// stops there.
+func BenchmarkHotWakeOne1(b *testing.B)     { benchWakeOne(b, 1) }
+func BenchmarkHotWakeOne10000(b *testing.B) { benchWakeOne(b, 10000) }
+
+func benchWakeOne(b *testing.B, n int) {
+	h := newHotBench(b)
+	waiting := make([]*benchOp, 0, n) // in park order: a ring
+	park := func() *benchOp {
+		o := newBenchOp(time.Hour)
+		if done, err := h.p.TryCompleteElseWatch(o, "queue"); done || err != nil {
+			b.Fatal("not parked", err)
+		}
+		return o
+	}
+	for range n {
+		waiting = append(waiting, park())
+	}
+	for b.Loop() {
+		oldest := waiting[h.i%n]
+		oldest.ready.Store(true)
+		if h.p.CheckAndCompleteN("queue", 1) != 1 || !oldest.IsCompleted() {
+			b.Fatal("the oldest was not completed")
+		}
+		waiting[h.i%n] = park()
+		h.tick()
+	}
+}

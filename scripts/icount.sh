@@ -37,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 # instructions BINARY BENCH N: prints the instructions of one run.
 instructions() {
   local out ran
-  out=$(GOGC=off GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind \
+  out=$(GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOMAXPROCS=1 valgrind --tool=callgrind \
     --callgrind-out-file=/dev/null "$1" -test.run '^$' -test.bench "$2" \
     -test.benchtime "${3}x" -test.cpu 1 -test.count 1 2>&1) || { echo "$out" >&2; return 1; }
   ran=$(grep -c '^Benchmark' <<<"$out" || true)

@@ -250,10 +250,8 @@ func (o *Op) unlockAndRecheck(l sync.Locker) {
 }
 
 func (o *Op) tryComplete() (done bool) {
-	if t := o.tracker(); t != nil { // checkable: parked, so Park's write is seen
-		if t.Obs != nil {
-			o.meta().tries.Add(1) // its own, with an Observer
-		}
+	t := o.tracker() // checkable: parked, so Park's write is seen
+	if t != nil {
 		defer func() {
 			if r := recover(); r != nil {
 				t.recovered(o, "TryComplete", r)
@@ -261,9 +259,23 @@ func (o *Op) tryComplete() (done bool) {
 			}
 		}()
 	}
-	if !o.self().TryComplete() {
-		return false
+	return o.tryCompleteIn(t, o.entry().Owner.(checked))
+}
+
+// tryCompleteIn is tryComplete without the recover: the caller holds the
+// lock, the operation is checkable, t is its Tracker (nil only for an
+// operation never parked), and c its callbacks. A panic in the user's TryComplete propagates;
+// TryEach recovers it once for a whole run of operations.
+func (o *Op) tryCompleteIn(t *Tracker, c checked) bool {
+	if t != nil && t.Obs != nil {
+		o.meta().tries.Add(1) // its own, with an Observer
 	}
+	return c.TryComplete() && o.tried(t)
+}
+
+// tried is what follows a TryComplete that reported true: it reports
+// true, and completes the operation if TryComplete did not.
+func (o *Op) tried(t *Tracker) bool {
 	if o.word().Load()&stCompleted != 0 {
 		return true
 	}
@@ -272,7 +284,7 @@ func (o *Op) tryComplete() (done bool) {
 	// would hang: pending for ever, its timeout and checks finding it
 	// completed by this call. It meant that the operation can finish, so
 	// finish it, as an early completion, and tell the purgatory once.
-	if t := o.tracker(); t != nil && t.misused.CompareAndSwap(false, true) && t.OnMisuse != nil {
+	if t != nil && t.misused.CompareAndSwap(false, true) && t.OnMisuse != nil {
 		t.OnMisuse(Self(o))
 	}
 	o.complete(Early, false)
@@ -285,4 +297,120 @@ func (o *Op) sharedLock() *SharedLock {
 		return fh.sharedLock()
 	}
 	return nil
+}
+
+// TryEach tries the operations that hs hold, in order, as TryComplete
+// tries each, and stops once n of them have completed; it returns how
+// many it completed, and how many of hs it passed over because their
+// operations had completed or been cancelled (tombstones). It is a check's loop (Kafka's
+// tryCompleteWatched), and costs per operation about what Kafka's does:
+// a look at the state, a lock, the user's TryComplete and an unlock.
+//
+// An operation with its own lock and nothing else of its own (not fat: no
+// WithLock, SharedLock or context), the common case, is taken in one
+// compare-and-swap that also checks it is parked and pending, and its
+// TryComplete runs with no deferred recover of its own: tryRun recovers a
+// panic once for the run, lets go of the lock the panicking operation
+// held, counts the panic, and the loop resumes with the next operation.
+// Any other operation goes through TryComplete.
+func TryEach(hs []*Handle, n int) (done, gone int) {
+	for i := 0; i < len(hs) && done < n; {
+		var d, g int
+		i, d, g = tryRun(hs, i, n-done)
+		done += d
+		gone += g
+	}
+	return done, gone
+}
+
+// checked is what a check needs of a user's operation, found with one
+// type assertion: its callbacks, and the Op it embeds.
+type checked interface {
+	Callbacks
+	Sealed
+}
+
+// tryRun is TryEach from hs[i], until n have completed or a TryComplete
+// panics. It returns where TryEach goes on from, how many completed and
+// how many it passed over.
+func tryRun(hs []*Handle, i, n int) (next, done, gone int) {
+	// at is the try under way, for the deferred function: the entry of
+	// the operation whose user TryComplete is running (nil between them)
+	// and its index; and the counts so far. (They are in memory whatever
+	// they are kept in: a call spills every register.)
+	var at struct {
+		e             *core.OpEntry
+		i, done, gone int
+	}
+	defer func() {
+		if at.e == nil {
+			return
+		}
+		// The user's TryComplete panicked, or called runtime.Goexit
+		// (recover then returns nil and the goroutine goes on exiting).
+		r := recover()
+		o := at.e.Owner.(checked).mustEmbedOperationBase()
+		if old := o.word().And(^(stLocked | stWaiters)); old&stWaiters != 0 {
+			core.WakeBit(o.word())
+		}
+		if r == nil {
+			return
+		}
+		o.tracker().recovered(o, "TryComplete", r)
+		if o.word().Load()&(stTryAgain|stCompleted) == stTryAgain {
+			TryComplete(o)
+		}
+		next, done, gone = at.i+1, at.done, at.gone
+	}()
+	// observed is whether the purgatory has an Observer, which counts an
+	// operation's tries. Every operation a check tries is parked in the
+	// one purgatory, so the first try asks its Tracker for all.
+	observed, asked := false, false
+	for ; i < len(hs) && at.done < n; i++ {
+		e := hs[i].Entry()
+		if e == nil {
+			at.gone++ // a tombstone
+			continue
+		}
+		c := e.Owner.(checked)
+		w := &e.Aux
+		s := w.Load()
+		locked := (s|stLocked)&^stTryAgain
+		if s&(stParked|stCompleted|stFat|stLocked) != stParked || !w.CompareAndSwap(s, locked) {
+			if s&(stParked|stCompleted) == stParked && TryComplete(c.mustEmbedOperationBase()) {
+				at.done++
+			}
+			continue
+		}
+		// Locked, and seen parked and pending by the swap: checkable. (The
+		// callbacks are called on c as it is: converting it to another
+		// interface costs an itab lookup a try.)
+		if !asked {
+			observed, asked = c.mustEmbedOperationBase().tracker().Obs != nil, true
+		}
+		if observed {
+			c.mustEmbedOperationBase().meta().tries.Add(1) // its own, with an Observer
+		}
+		at.e, at.i = e, i
+		ok := c.TryComplete()
+		at.e = nil
+		if ok {
+			at.done++
+			if w.Load()&stCompleted == 0 {
+				o := c.mustEmbedOperationBase()
+				o.tried(o.tracker())
+			}
+		} else if w.CompareAndSwap(locked, locked&^stLocked) {
+			continue // declined, and nobody waited or left a note meanwhile
+		}
+		old := w.And(^(stLocked | stWaiters))
+		if old&stWaiters != 0 {
+			core.WakeBit(w)
+		}
+		// A check that found the lock held left a note: it is ours to make.
+		if old&(stTryAgain|stCompleted) == stTryAgain && TryComplete(c.mustEmbedOperationBase()) {
+			at.done++
+		}
+	}
+	return i, at.done, at.gone
 }

@@ -1,7 +1,6 @@
 package watchers
 
 import (
-	"math"
 	"sort"
 
 	"github.com/purgatory-go/purgatory/internal/lifecycle"
@@ -65,7 +64,7 @@ func (l *entries) dueLocked(level int64) int {
 // level, keeping the live ones in order at the front, and calls live for
 // each of those. It returns how many entries it dropped. The caller holds
 // the shard's lock.
-func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
+func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Handle)) int {
 	end := l.dueLocked(level)
 	lv := l.lv
 	w := end // live entries are packed down to lv[w:end]
@@ -80,9 +79,7 @@ func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 	l.lvHead = w
 	if live != nil {
 		for _, e := range lv[w:end] {
-			if op := lifecycle.OpOf(e.h); op != nil {
-				live(op)
-			}
+			live(e.h)
 		}
 	}
 	l.shrinkLevelsLocked()
@@ -91,16 +88,15 @@ func (l *entries) takeDueLocked(level int64, live func(*lifecycle.Op)) int {
 
 // compactLevelsLocked drops every tombstone among the levelled entries,
 // calls live for each live one, and returns how many it dropped.
-func (l *entries) compactLevelsLocked(live func(*lifecycle.Op)) int {
+func (l *entries) compactLevelsLocked(live func(*lifecycle.Handle)) int {
 	lv := l.lv
 	w := l.lvHead
 	for r := l.lvHead; r < len(lv); r++ {
-		op := lifecycle.OpOf(lv[r].h)
-		if op == nil {
+		if !lifecycle.Live(lv[r].h) {
 			continue
 		}
 		if live != nil {
-			live(op)
+			live(lv[r].h)
 		}
 		lv[w] = lv[r]
 		w++
@@ -134,4 +130,4 @@ func (l *entries) shrinkLevelsLocked() {
 // completed. Operations watching key without a level are left alone. It
 // costs O(log n + k) for n entries on the key, k of them due, and drops
 // the key once its list is empty.
-func (w *Watchers[K]) CheckUpTo(key K, level int64) int { return w.check(key, true, level, math.MaxInt) }
+func (w *Watchers[K]) CheckUpTo(key K, level int64) int { return w.checkUpTo(key, level) }

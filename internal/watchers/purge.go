@@ -70,7 +70,9 @@ func (w *Watchers[K]) PurgeSlice(budget int) (purged int, more bool) {
 		sh := &w.shards[ps.shard]
 		sh.mu.Lock()
 		l, done := ps.cur, true
-		if !l.gone {
+		// A pinned list is left to the next round: a walk is under way,
+		// and compacts it when it ends if nothing else walks it.
+		if !l.gone && !l.pinned() {
 			var dropped, visited int
 			dropped, visited, done = l.purgeSliceLocked(&ps.chunk, &ps.level, budget-used)
 			purged += dropped

@@ -36,7 +36,7 @@ type Watchers[K comparable] struct {
 	// different cores, then change different cache lines. Each stripe
 	// alone may be negative; the sum is the count.
 	watched [countStripes]countStripe
-	bufs    sync.Pool // *[]*lifecycle.Op snapshots for Check
+	bufs    sync.Pool // *[]*lifecycle.Handle: the levelled entries a check tries
 	purge   purgeRound[K]
 
 	// BetweenKeys, if set, runs in Watch after each key but the last.
@@ -132,11 +132,19 @@ type list[K comparable] struct {
 //
 // Operations watched at a level (purgatory.Leveled) are kept apart, in lv,
 // sorted by level (see levels.go).
+//
+// A check walks the plain entries in order (see walk). While it does, the
+// list is pinned (walkers > 0): nothing moves an entry, and a walk's
+// place, a sequence number, stays good across its windows. Only pops from
+// the head are allowed then; popped counts them, so the first entry's
+// sequence number is popped.
 type entries struct {
-	chunks Chunks     // full but the last and one a purge slice ended in
-	n      int        // entries in all chunks
-	lv     []levelled // lv[lvHead:] sorted by level; before lvHead, cleared
-	lvHead int
+	chunks  Chunks     // full but the first, the last and one a purge slice ended in
+	n       int        // entries in all chunks
+	popped  uint64     // entries popped from the head, ever
+	walkers int        // walks under way; while > 0, entries do not move
+	lv      []levelled // lv[lvHead:] sorted by level; before lvHead, cleared
+	lvHead  int
 }
 
 // empty reports whether l holds no entry, live or dead.
@@ -148,6 +156,9 @@ func (l *list[K]) empty() bool {
 }
 
 func (m *entries) empty() bool { return m.n == 0 && len(m.lv) == m.lvHead }
+
+// pinned reports whether a walk has l's entries pinned (see entries).
+func (l *list[K]) pinned() bool { return l.more != nil && l.more.walkers > 0 }
 
 // size is how many entries l holds, live or dead.
 func (l *list[K]) size() int {
@@ -221,7 +232,7 @@ func New[K comparable](n int) *Watchers[K] {
 	for i := range w.shards {
 		w.shards[i].lists = make(map[uint64]*list[K])
 	}
-	w.bufs.New = func() any { s := make([]*lifecycle.Op, 0, 16); return &s }
+	w.bufs.New = func() any { s := make([]*lifecycle.Handle, 0, 16); return &s }
 	return w
 }
 
@@ -307,7 +318,9 @@ func (w *Watchers[K]) emptiedLocked(sh *shard[K], l *list[K]) {
 // reuse if the shard has room.
 func (sh *shard[K]) dropEmptyLocked(h uint64, key K) {
 	l := sh.removeLocked(h, key)
-	if l == nil || sh.nfree >= maxFree {
+	if l == nil || sh.nfree >= maxFree || l.pinned() {
+		// A pinned list is still held by a walk, which must find it gone,
+		// not reused for another key.
 		return
 	}
 	var zero K
@@ -449,37 +462,16 @@ func (w *Watchers[K]) watchMarked(h *lifecycle.Handle, keys []K, m *Marks) (miss
 	return missed
 }
 
-// compactLocked drops tombstones from l, keeping the order of the rest,
-// calls live for each live entry, and returns how many it dropped. Freed
-// chunks at the end are released. The caller holds the shard's lock.
-func (l *list[K]) compactLocked(live func(*lifecycle.Op)) int {
-	if l.more != nil {
-		return l.more.compactLocked(live)
-	}
-	if l.one == nil {
-		return 0
-	}
-	op := lifecycle.OpOf(l.one)
-	if op == nil {
-		l.one = nil
-		return 1
-	}
-	if live != nil {
-		live(op)
-	}
-	return 0
-}
-
-func (l *entries) compactLocked(live func(*lifecycle.Op)) int {
+// compactChunksLocked drops the tombstones among the plain entries,
+// keeping the order of the rest, and returns how many it dropped. Freed
+// chunks at the end are released. It moves entries: the caller holds the
+// shard's lock, and no walk has the list pinned.
+func (l *entries) compactChunksLocked() int {
 	wc, wi := 0, 0 // write position: chunk, index
 	for _, c := range l.chunks {
 		for _, h := range c {
-			op := lifecycle.OpOf(h)
-			if op == nil {
+			if !lifecycle.Live(h) {
 				continue
-			}
-			if live != nil {
-				live(op)
 			}
 			if wi == cap(l.chunks[wc]) {
 				wc, wi = wc+1, 0
@@ -515,7 +507,7 @@ func (l *entries) compactLocked(live func(*lifecycle.Op)) int {
 	l.chunks = l.chunks[:min(wc+2, len(l.chunks))]
 	dropped := l.n - kept
 	l.n = kept
-	return dropped + l.compactLevelsLocked(live)
+	return dropped
 }
 
 // each calls f for every entry, in order: the plain entries, then those at
@@ -541,40 +533,41 @@ func (l *entries) each(f func(*lifecycle.Handle)) {
 	}
 }
 
-// takeLocked drops the tombstones among the entries a check tries (all of
-// them, or with upTo those at levels up to level) and calls live for each
-// live operation among them. It returns how many entries it dropped.
-func (l *list[K]) takeLocked(upTo bool, level int64, live func(*lifecycle.Op)) int {
-	if upTo {
-		if l.more == nil {
-			return 0 // no entry at a level
-		}
-		return l.more.takeDueLocked(level, live)
-	}
-	return l.compactLocked(live)
-}
-
 // Check calls TryComplete on every live operation watching key, and
-// returns how many it completed (Kafka's tryCompleteWatched). It drops the
-// key's tombstones on the way, and the key itself once its list is empty.
-func (w *Watchers[K]) Check(key K) int { return w.check(key, false, 0, math.MaxInt) }
+// returns how many it completed (Kafka's tryCompleteWatched): those
+// watching without a level in the order they were added, then those at a
+// level, lowest level first. It drops the key's tombstones on the way,
+// and the key itself once its list is empty.
+func (w *Watchers[K]) Check(key K) int { return w.walk(key, math.MaxInt) }
 
-// CheckN is Check that stops once n operations have completed.
+// CheckN is Check that stops once n operations have completed. Its cost
+// follows the operations it tries, not those watching: it never copies or
+// compacts the whole list. n < 1 tries nothing.
 func (w *Watchers[K]) CheckN(key K, n int) int {
 	if n < 1 {
 		return 0
 	}
-	return w.check(key, false, 0, n)
+	return w.walk(key, n)
 }
 
-// check is Check and, with upTo, CheckUpTo(key, level): under the shard's
-// lock it drops the tombstones among the entries to be tried and collects
-// the live operations among them; then, with no lock held, it tries each;
-// and if any completed, it drops their entries, tombstones now, as Kafka's
-// tryCompleteWatched does. (Which entries to take is a flag, not a func
-// value: a closure passed through one escapes, and costs two allocations a
-// check.)
-func (w *Watchers[K]) check(key K, upTo bool, level int64, limit int) int {
+// window is how many entries a walk copies out of a list at a time: a
+// check holds the shard's lock while it copies a window, and tries the
+// window's operations with no lock held. Its buffer is on the stack, so
+// that a check allocates nothing however many operations watch the key
+// (and what it holds goes when the check returns: it is not cleared).
+const window = 64
+
+// walk is Check (n = math.MaxInt) and CheckN. It tries the plain entries
+// a window at a time, from the head of the list, up to the end the list
+// had when the walk began: the operations parked since made a TryComplete
+// of their own after this check's event. While it walks, the list is
+// pinned (entries.walkers): nothing moves its entries but pops from the
+// head, so the walk's place, an entry's sequence number, stays good
+// across the windows. A walk pops the tombstones it finds at the head.
+// Then, for a full check, it tries the levelled entries, copied out at
+// once, and compacts the list if it saw a tombstone and no other walk is
+// under way.
+func (w *Watchers[K]) walk(key K, n int) int {
 	sh, hash := w.locate(key)
 	sh.mu.Lock()
 	// Counted before the lookup, found or not: a Watch of this key that
@@ -585,34 +578,232 @@ func (w *Watchers[K]) check(key K, upTo bool, level int64, limit int) int {
 		sh.mu.Unlock()
 		return 0
 	}
-	bp := w.bufs.Get().(*[]*lifecycle.Op)
+	if l.more == nil {
+		return w.checkOne(sh, hash, l)
+	}
+	m := l.more
+	m.walkers++
+	pos, end := m.popped, m.popped+uint64(m.n)
+	var buf [window]*lifecycle.Handle
+	completed, dropped, tried := 0, 0, 0
+	dead := false
+	for completed < n {
+		// A window as large as what is left to complete, and as what has
+		// been tried: a CheckN(key, 1) whose first try completes copies one
+		// operation, and one whose tries decline doubles its window.
+		size := min(max(n-completed, tried, 1), window)
+		var k, d int
+		k, pos, d = m.windowLocked(pos, end, buf[:size])
+		dropped += d
+		if k == 0 {
+			break
+		}
+		sh.mu.Unlock()
+		c, gone := lifecycle.TryEach(buf[:k], n-completed)
+		completed += c
+		dead = dead || gone > 0
+		tried += k
+		sh.mu.Lock()
+		if l.gone {
+			// Removed (CancelForKey, CompleteForKey) while the window was
+			// tried: Remove reads the list without the shard's lock, and
+			// the walk must not touch it again.
+			sh.mu.Unlock()
+			w.count(hash).Add(int64(-dropped))
+			return completed
+		}
+	}
+	m.walkers--
+	// The operations the walk completed are tombstones now, at the head
+	// when they were the oldest: pop them, so the next walk starts at a
+	// live entry.
+	if completed > 0 {
+		dropped += m.popDeadLocked()
+	}
+	var ops []*lifecycle.Handle
+	var bp *[]*lifecycle.Handle
+	if n == math.MaxInt {
+		if m.walkers == 0 && (dead || completed > 0) {
+			dropped += m.compactChunksLocked()
+		}
+		if len(m.lv) > m.lvHead {
+			bp = w.bufs.Get().(*[]*lifecycle.Handle)
+			ops = *bp
+			dropped += m.compactLevelsLocked(func(h *lifecycle.Handle) { ops = append(ops, h) })
+		}
+	} else if completed < n && len(m.lv) > m.lvHead {
+		bp = w.bufs.Get().(*[]*lifecycle.Handle)
+		ops = *bp
+		dropped += m.takeDueLocked(math.MaxInt64, func(h *lifecycle.Handle) { ops = append(ops, h) })
+	}
+	if l.empty() {
+		w.emptiedLocked(sh, l)
+	}
+	sh.mu.Unlock()
+	w.count(hash).Add(int64(-dropped))
+	if bp != nil {
+		completed += w.tryAndDrop(sh, hash, key, ops, bp, n-completed)
+	}
+	return completed
+}
+
+// checkOne is walk for a list that holds one entry at most, whose shard's
+// lock the caller holds; checkOne lets go of it.
+func (w *Watchers[K]) checkOne(sh *shard[K], hash uint64, l *list[K]) int {
+	var op *lifecycle.Op
+	dropped := 0
+	if l.one != nil {
+		if op = lifecycle.OpOf(l.one); op == nil {
+			l.one, dropped = nil, 1
+		}
+	}
+	if l.empty() {
+		w.emptiedLocked(sh, l)
+	}
+	sh.mu.Unlock()
+	if dropped > 0 {
+		w.count(hash).Add(-1)
+	}
+	if op == nil || !lifecycle.TryComplete(op) {
+		return 0
+	}
+	// Drop the tombstone it left, as Kafka's tryCompleteWatched does, so
+	// that a key used once is let go at once.
+	// A TryComplete that watched another operation on the key meanwhile
+	// made the list grow: the tombstone is then the head of its entries.
+	sh.mu.Lock()
+	dropped = 0
+	switch {
+	case l.gone:
+	case l.more != nil:
+		dropped = l.more.popDeadLocked()
+	case l.one != nil && !lifecycle.Live(l.one):
+		l.one, dropped = nil, 1
+	}
+	if !l.gone && dropped > 0 && l.empty() {
+		w.emptiedLocked(sh, l)
+	}
+	sh.mu.Unlock()
+	w.count(hash).Add(int64(-dropped))
+	return 1
+}
+
+// tryAndDrop tries ops, the levelled operations a walk copied into the
+// pooled buffer bp, until n have completed, gives the buffer back, and
+// drops the tombstones of those that completed.
+func (w *Watchers[K]) tryAndDrop(sh *shard[K], hash uint64, key K, ops []*lifecycle.Handle, bp *[]*lifecycle.Handle, n int) int {
+	completed, _ := lifecycle.TryEach(ops, n)
+	clear(ops)
+	*bp = ops[:0]
+	w.bufs.Put(bp)
+	if completed == 0 {
+		return 0
+	}
+	sh.mu.Lock()
+	dropped := 0
+	if l := sh.getLocked(hash, key); l != nil && l.more != nil {
+		if dropped = l.more.compactLevelsLocked(nil); l.empty() {
+			w.emptiedLocked(sh, l)
+		}
+	}
+	sh.mu.Unlock()
+	w.count(hash).Add(int64(-dropped))
+	return completed
+}
+
+// windowLocked copies into buf the plain entries from sequence number
+// pos (or the head, if the head has passed it) up to end, at most
+// len(buf) of them, tombstones included: the try passes over those, and
+// copying is all the shard's lock is held for. A walk at the head first
+// pops the tombstones there. It reports how many entries it copied, where
+// the next window starts, and how many entries it popped. The caller
+// holds the shard's lock and has pinned the list.
+func (l *entries) windowLocked(pos, end uint64, buf []*lifecycle.Handle) (k int, next uint64, popped int) {
+	if pos <= l.popped {
+		popped = l.popDeadLocked()
+		pos = l.popped
+	}
+	// Find the chunk that holds pos: chunks before the last are full, but
+	// the first may have been popped from the front, so count them.
+	off, c := int(pos-l.popped), 0
+	for c < len(l.chunks) && off >= len(l.chunks[c]) {
+		off -= len(l.chunks[c])
+		c++
+	}
+	for left := int(end - min(pos, end)); left > k && k < len(buf); c, off = c+1, 0 {
+		chunk := l.chunks[c][off:]
+		k += copy(buf[k:min(len(buf), left)], chunk)
+	}
+	return k, pos + uint64(k), popped
+}
+
+// popDeadLocked pops the tombstones at the head of the plain entries, and
+// reports how many. Popping moves no other entry: it is what a pinned
+// list allows.
+func (l *entries) popDeadLocked() int {
+	popped := 0
+	for l.n > 0 {
+		// Chunks before the first entry are empty: a compaction leaves an
+		// emptied chunk that the pushes after it skip if it is not the last.
+		for len(l.chunks[0]) == 0 {
+			l.chunks[0] = nil
+			l.chunks = l.chunks[1:]
+		}
+		c := l.chunks[0]
+		if lifecycle.Live(c[0]) {
+			break
+		}
+		c[0] = nil
+		switch {
+		case len(c) > 1:
+			l.chunks[0] = c[1:]
+		case len(l.chunks) > 1:
+			l.chunks[0] = nil
+			l.chunks = l.chunks[1:]
+		default:
+			l.chunks[0] = c[:0] // the last chunk: keep its room for pushes
+		}
+		l.popped++
+		l.n--
+		popped++
+	}
+	return popped
+}
+
+// checkUpTo is CheckUpTo: under the shard's lock it drops the tombstones
+// among the due entries and copies the live operations among them out;
+// then, with no lock held, it tries each; and if any completed, it drops
+// their entries, tombstones now, as Kafka's tryCompleteWatched does.
+func (w *Watchers[K]) checkUpTo(key K, level int64) int {
+	sh, hash := w.locate(key)
+	sh.mu.Lock()
+	sh.checks.Add(1) // as in walk
+	l := sh.getLocked(hash, key)
+	if l == nil || l.more == nil {
+		sh.mu.Unlock()
+		return 0 // no entry at a level
+	}
+	bp := w.bufs.Get().(*[]*lifecycle.Handle)
 	ops := *bp
-	dropped := l.takeLocked(upTo, level, func(op *lifecycle.Op) { ops = append(ops, op) })
+	dropped := l.more.takeDueLocked(level, func(h *lifecycle.Handle) { ops = append(ops, h) })
 	if l.empty() {
 		w.emptiedLocked(sh, l)
 	}
 	sh.mu.Unlock()
 	w.count(hash).Add(int64(-dropped))
 
-	completed := 0
-	for _, op := range ops {
-		if completed == limit {
-			break
-		}
-		if lifecycle.TryComplete(op) {
-			completed++
-		}
-	}
+	completed, _ := lifecycle.TryEach(ops, math.MaxInt)
+	// The buffer goes back to the pool whatever its size: a check that
+	// dropped it would allocate a new one every time. The pool lets go of
+	// it at the next collections if no check uses it.
 	clear(ops)
-	if cap(ops) <= 4096 { // do not keep a huge buffer for ever
-		*bp = ops[:0]
-		w.bufs.Put(bp)
-	}
+	*bp = ops[:0]
+	w.bufs.Put(bp)
 	if completed > 0 {
 		sh.mu.Lock()
 		dropped := 0
-		if l := sh.getLocked(hash, key); l != nil {
-			if dropped = l.takeLocked(upTo, level, nil); l.empty() {
+		if l := sh.getLocked(hash, key); l != nil && l.more != nil {
+			if dropped = l.more.takeDueLocked(level, nil); l.empty() {
 				w.emptiedLocked(sh, l)
 			}
 		}
