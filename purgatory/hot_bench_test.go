@@ -2,6 +2,7 @@ package purgatory_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -101,6 +102,22 @@ func BenchmarkHotParkForce(b *testing.B) {
 		h.tick()
 	}
 }
+
+// BenchmarkHotParkComplete: BenchmarkHotParkForce with the purgatory's
+// Complete, which takes the operation's lock, in place of ForceComplete:
+// a hang-up's cost.
+func BenchmarkHotParkComplete(b *testing.B) {
+	h := newHotBench(b)
+	for b.Loop() {
+		o, _ := h.park(b, time.Second)
+		if !h.p.Complete(o, errHungUp) {
+			b.Fatal("not completed")
+		}
+		h.tick()
+	}
+}
+
+var errHungUp = errors.New("hung up")
 
 // BenchmarkHotParkExpire: a park on three keys with a 10 ms timeout on a
 // MockTimer, and its expiry: every 1,000 iterations the test advances the

@@ -266,7 +266,7 @@ func (p *Purgatory[K, T]) Complete(op T, cause error) bool {
 	if !lifecycle.PendingIn(o, &p.tracker) {
 		return false
 	}
-	return lifecycle.CompleteLocked(o, &cause)
+	return lifecycle.CompleteLocked(o, cause)
 }
 
 // ResetTimeout gives op, pending in this purgatory, the timeout timeout

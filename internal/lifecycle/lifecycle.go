@@ -215,6 +215,10 @@ type meta struct {
 	// park).
 	t   atomic.Pointer[Tracker]
 	own bool
+	// shared marks a meta of the Tracker's cause cache: own, for its
+	// cause, but shared by every operation with nothing else of its own
+	// completed with that cause. Nothing but the cause is written to it.
+	shared bool
 	// parked is the clock reading of the park, for an Observer. obs is
 	// written by the park before it is published and read by the one
 	// departure (complete or Cancel), which clears it so that the
@@ -388,21 +392,45 @@ func CompleteWith(o *Op, cause *error) bool {
 	return o.complete(ForKey, true)
 }
 
-// CompleteLocked is CompleteWith made under the operation's lock: it waits
+// CompleteLocked completes a parked operation as ForKey, with cause as
+// what KeyCause reports, as CompleteWith does, and reports whether this
+// call completed it; but it takes the operation's lock first. So it waits
 // for a TryComplete of the operation under way on another goroutine to
-// return, as Kafka's forceComplete does since KAFKA-19312, so that a
-// TryComplete that has claimed something for the operation and is about
-// to complete it is never overtaken. Do not call it while holding the
-// operation's lock (a SharedLock included): it would wait for ever.
-func CompleteLocked(o *Op, cause *error) bool {
+// return, as Kafka's forceComplete does since KAFKA-19312: a TryComplete
+// that has claimed something for the operation and is about to complete
+// it is never overtaken. Do not call it while holding the operation's
+// lock (a SharedLock included): it would wait for ever.
+//
+// It allocates nothing for a cause it has seen before (causeFor): an
+// operation with nothing of its own then shares a meta that carries the
+// cause, and one with a meta of its own points it at the cached copy.
+func CompleteLocked(o *Op, cause error) bool {
 	if o.word().Load()&(stParked|stCompleted) != stParked {
 		return false
 	}
 	l := o.lock()
 	l.Lock()
-	done := CompleteWith(o, cause)
+	done := o.completeLocked(cause)
 	o.unlockAndRecheck(l)
 	return done
+}
+
+func (o *Op) completeLocked(cause error) bool {
+	if o.word().Load()&(stParked|stCompleted) != stParked {
+		return false
+	}
+	// Seen parked: the meta is published.
+	x := o.meta()
+	p, shared := x.t.Load().causeFor(cause)
+	if !x.own && shared != nil && core.SwapTarget(&o.link, x, shared) {
+		// The first to give the operation a cause, as CompleteWith's
+		// CompareAndSwap of its cause decides it.
+		if hk := o.tracker().Hooks; hk != nil && hk.CauseStored != nil {
+			hk.CauseStored(o)
+		}
+		return o.complete(ForKey, true)
+	}
+	return CompleteWith(o, p)
 }
 
 // ForceComplete completes the operation early if nothing has completed it

@@ -375,7 +375,7 @@ func tryRun(hs []*Handle, i, n int) (next, done, gone int) {
 		c := e.Owner.(checked)
 		w := &e.Aux
 		s := w.Load()
-		locked := (s|stLocked)&^stTryAgain
+		locked := (s | stLocked) &^ stTryAgain
 		if s&(stParked|stCompleted|stFat|stLocked) != stParked || !w.CompareAndSwap(s, locked) {
 			if s&(stParked|stCompleted) == stParked && TryComplete(c.mustEmbedOperationBase()) {
 				at.done++

@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"github.com/purgatory-go/purgatory/internal/core"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/purgatory-go/purgatory/internal/core"
 )
 
 // Tracker counts what a purgatory's operations report. The counters are
@@ -51,7 +54,62 @@ type Tracker struct {
 	// thin is the meta of the operations that have nothing of their own
 	// (thinMeta).
 	thin meta
+
+	// causes keeps, for the few causes Complete is given, a copy of each
+	// and a meta that carries it (causeFor).
+	causes causeCache
 }
+
+// causeCache holds up to maxCauses causes with, for each, a pointer to a
+// copy (what a meta's cause holds) and a meta of its own that carries it,
+// which operations with nothing of their own share once completed with
+// that cause. A service ends hung-up requests with one or two sentinel
+// errors; storing one per operation would allocate at every hang-up.
+// Causes past maxCauses, and causes that cannot be compared, are not
+// kept: each completion with one allocates, as it did before the cache.
+type causeCache struct {
+	mu sync.Mutex
+	n  int
+	c  [maxCauses]cachedCause
+}
+
+type cachedCause struct {
+	err error
+	p   *error
+	m   *meta
+}
+
+const maxCauses = 8
+
+// causeFor returns a pointer to a copy of cause and a shared meta that
+// carries it, from the cache, or a new pointer and a nil meta.
+func (t *Tracker) causeFor(cause error) (*error, *meta) {
+	if cause != nil && !reflect.TypeOf(cause).Comparable() {
+		return newCause(cause), nil
+	}
+	cc := &t.causes
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for i := range cc.c[:cc.n] {
+		if c := &cc.c[i]; c.err == cause {
+			return c.p, c.m
+		}
+	}
+	p := newCause(cause)
+	if cc.n == maxCauses {
+		return p, nil
+	}
+	m := &meta{own: true, shared: true}
+	m.t.Store(t)
+	m.cause.Store(p)
+	cc.c[cc.n] = cachedCause{cause, p, m}
+	cc.n++
+	return p, m
+}
+
+// newCause returns a pointer to a copy of cause. (Taking the address of
+// causeFor's parameter would move it to the heap at every call.)
+func newCause(cause error) *error { return &cause }
 
 // thinMeta returns the meta the Tracker's operations share, which the
 // first park binds to it.

@@ -650,12 +650,10 @@ func (w *Watchers[K]) walk(key K, n int) int {
 // checkOne is walk for a list that holds one entry at most, whose shard's
 // lock the caller holds; checkOne lets go of it.
 func (w *Watchers[K]) checkOne(sh *shard[K], hash uint64, l *list[K]) int {
-	var op *lifecycle.Op
+	h := l.one
 	dropped := 0
-	if l.one != nil {
-		if op = lifecycle.OpOf(l.one); op == nil {
-			l.one, dropped = nil, 1
-		}
+	if h != nil && !lifecycle.Live(h) {
+		h, l.one, dropped = nil, nil, 1
 	}
 	if l.empty() {
 		w.emptiedLocked(sh, l)
@@ -664,7 +662,10 @@ func (w *Watchers[K]) checkOne(sh *shard[K], hash uint64, l *list[K]) int {
 	if dropped > 0 {
 		w.count(hash).Add(-1)
 	}
-	if op == nil || !lifecycle.TryComplete(op) {
+	if h == nil {
+		return 0
+	}
+	if done, _ := lifecycle.TryEach([]*lifecycle.Handle{h}, 1); done == 0 {
 		return 0
 	}
 	// Drop the tombstone it left, as Kafka's tryCompleteWatched does, so
