@@ -19,6 +19,16 @@
 //	// When the leader appends to a partition:
 //	p.CheckAndComplete(operation.TopicPartitionKey{Topic: t, Partition: n})
 //
+// # Many waiters on one key
+//
+// A queue, a job or a topic served to long-polling consumers parks many
+// operations on one key, and one event answers one of them:
+// CheckAndCompleteN(key, 1) tries them oldest first and stops at the first
+// that completes, at a cost that follows the operations tried, not those
+// waiting. A client that hangs up is ended with Complete(op, cause), which
+// waits for a TryComplete of op under way, so that what that TryComplete
+// claimed is never stranded; ForceComplete takes no lock and would win.
+//
 // # Exactly once
 //
 // OnComplete runs exactly once per operation, whoever completes it:

@@ -105,6 +105,15 @@ func isNilValue(v any) bool {
 // SystemTimer. Shutdown closes it. A timer.MockTimer with WithoutReaper
 // makes expiry deterministic in tests.
 //
+// The timer may also run the service's own timer.Tasks (a message's
+// delay, a visibility timeout): add them to t. Unless WithoutReaper is
+// given, the purgatory's reaper advances t, so they run on the reaper
+// beside the operations' expiries, and must be short; once Shutdown has
+// closed t, Add refuses tasks and pending ones do not run. On a MockTimer
+// they run in the Advance that passes their deadline, with the
+// operations' expiries. docs/purgatory.md, "Your own tasks on the
+// purgatory's timer", shows the pattern.
+//
 // The timer receives each operation's timeout as a timer.Task, added at
 // the park while the operation's lock is held; whatever it wraps, the
 // Task's Run expires the operation. Its Now is the clock an Observer's
