@@ -58,7 +58,8 @@ func (m *MockTimer) Add(task Task) error {
 // ran. The timeout is measured on the mock clock, which moves only when
 // Advance is called: the wait ends when another goroutine advances the
 // clock past the earliest pending task or by the timeout, or when the
-// timer is closed. A timeout of zero or less does not wait. (Kafka's
+// timer, or a [Reaper] around it, is closed (a Close that comes before
+// the wait keeps it from sleeping). A timeout of zero or less does not wait. (Kafka's
 // MockTimer ignores the timeout; waiting on the mock clock is what lets a
 // [Reaper], or a purgatory that keeps its reaper, run on a MockTimer
 // without spinning: it sleeps until the test advances the clock.)
@@ -70,4 +71,4 @@ func (m *MockTimer) Size() int { return m.m.Size() }
 // Close implements [Timer].
 func (m *MockTimer) Close() error { return m.m.Close() }
 
-func (m *MockTimer) wake() {}
+func (m *MockTimer) wake() { m.m.Wake() }
