@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
 	"github.com/purgatory-go/purgatory/timer"
 )
@@ -91,4 +93,107 @@ func TestShutdownStormOfReapersOnMockTimers(t *testing.T) {
 	case <-time.After(5 * time.Minute): // a generous bound on a hang, not a timing
 		t.Fatalf("%d of %d Shutdowns never returned", left.Load(), n)
 	}
+}
+
+// leftTimes is an Observer that notes each operation's outcome and its
+// time in purgatory.
+type leftTimes struct {
+	mu   sync.Mutex
+	time map[operation.DelayedOperation]time.Duration
+	how  map[operation.DelayedOperation]purgatory.Outcome
+}
+
+func (l *leftTimes) Parked(p purgatory.Park) any { return p.Operation }
+func (l *leftTimes) Left(state any, d purgatory.Departure) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	op := state.(operation.DelayedOperation)
+	l.time[op], l.how[op] = d.Time, d.Outcome
+}
+func (l *leftTimes) Refused(purgatory.Park, error) {}
+
+// Issue 43, 1: on a MockTimer each operation expires with the clock at its
+// own deadline, however far one Advance moves it, so an observer's time
+// in purgatory is exactly each one's timeout, and its OnComplete reads
+// its deadline; a timeout in a coarse bucket of the wheels too.
+func TestExpiryOnAMockTimerAtEachDeadline(t *testing.T) {
+	t.Parallel()
+	mt := timer.NewMockTimer()
+	obs := &leftTimes{time: map[operation.DelayedOperation]time.Duration{}, how: map[operation.DelayedOperation]purgatory.Outcome{}}
+	p, err := purgatory.New[string, *mockOp]("deadlines",
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithObserver(obs))
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+
+	mt.Advance(time.Second) // parks at 1 s
+	timeouts := []time.Duration{3 * time.Millisecond, 7 * time.Millisecond, 10 * time.Millisecond, time.Hour + 3}
+	ops := make([]*mockOp, len(timeouts))
+	ranAt := make([]time.Duration, len(timeouts))
+	for i, d := range timeouts {
+		op := newOp(d)
+		op.OnCompleteHook = func() { ranAt[i] = mt.Now() }
+		ops[i] = op
+		_, err := p.TryCompleteElseWatch(op, "k")
+		require.NoError(t, err)
+	}
+	assert.Equal(t, len(ops), mt.Advance(2*time.Hour))
+	for i, op := range ops {
+		assert.True(t, op.IsExpired())
+		assert.Equal(t, purgatory.OutcomeExpired, obs.how[op])
+		assert.Equal(t, timeouts[i], obs.time[op], "time in purgatory of the operation with timeout %v", timeouts[i])
+		assert.Equal(t, time.Second+timeouts[i], ranAt[i], "OnComplete runs with the clock at the deadline")
+	}
+	assert.Equal(t, time.Second+2*time.Hour, mt.Now())
+}
+
+// at is a timer task that calls f when it runs: a way to act in the middle
+// of a MockTimer's Advance, between two of its steps.
+type at struct {
+	timer.TaskBase
+	f func()
+}
+
+func (a *at) Run() { a.f() }
+
+// Issue 43, 4: a ResetTimeout in the middle of an Advance sees the clock
+// where the Advance has got to, never past the deadline of an operation
+// whose expiry has not fired. Before, the first step moved the clock to
+// the end of the advance, and an operation whose timeout sat in a coarse
+// bucket was still pending there: a reset then reported true, measured its
+// new deadline from the end, and that Advance did not expire it. Now one
+// made at 30 minutes moves an operation due at 1 hour to 1.5 hours, which
+// the same Advance reaches and expires it at; one made after an
+// operation's deadline finds it expired and reports false.
+func TestResetTimeoutDuringAnAdvance(t *testing.T) {
+	t.Parallel()
+	mt := timer.NewMockTimer()
+	obs := &leftTimes{time: map[operation.DelayedOperation]time.Duration{}, how: map[operation.DelayedOperation]purgatory.Outcome{}}
+	p, err := purgatory.New[string, *mockOp]("reset-mid-advance",
+		purgatory.WithTimer(mt), purgatory.WithoutReaper(), purgatory.WithObserver(obs))
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+
+	moved, late := newOp(time.Hour), newOp(time.Hour)
+	var movedAt time.Duration
+	moved.OnCompleteHook = func() { movedAt = mt.Now() }
+	for _, op := range []*mockOp{moved, late} {
+		_, err := p.TryCompleteElseWatch(op, "k")
+		require.NoError(t, err)
+	}
+	var early, after bool
+	mid := &at{f: func() { early = p.ResetTimeout(moved, time.Hour) }}
+	mid.SetDelay(30 * time.Minute)
+	require.NoError(t, mt.Add(mid))
+	end := &at{f: func() { after = p.ResetTimeout(late, time.Hour) }}
+	end.SetDelay(time.Hour + time.Nanosecond)
+	require.NoError(t, mt.Add(end))
+
+	assert.Equal(t, 4, mt.Advance(2*time.Hour), "both tasks run, and both operations expire")
+	assert.True(t, early, "at 30 minutes the operation was pending")
+	assert.False(t, after, "a nanosecond after its deadline the operation had expired")
+	assert.True(t, moved.IsExpired())
+	assert.True(t, late.IsExpired())
+	assert.Equal(t, 90*time.Minute, movedAt, "it expired at its new deadline")
+	assert.Equal(t, 90*time.Minute, obs.time[moved])
+	assert.Equal(t, time.Hour, obs.time[late])
 }

@@ -126,6 +126,16 @@ func (q *delayQueue) pollDue(now time.Duration) *bucket {
 	return heap.Pop(&q.items).(*bucket)
 }
 
+// head returns the time the head bucket is due at, if any is queued.
+func (q *delayQueue) head() (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return 0, false
+	}
+	return q.dueAt(q.items[0].due), true
+}
+
 // wait waits up to timeout for the head bucket to be due, and reports
 // whether one is; once stop has been called it returns false at once. It
 // takes nothing out of the queue: the caller polls the due buckets
