@@ -266,8 +266,13 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 	case evPark:
 		switch out.err {
 		case errFull:
-			// countModel checks the bound. ErrFull is decided before
-			// the operation is looked at: whatever its state.
+			// countModel checks the bound. ErrFull is decided after the
+			// operation is looked at: a first look without its lock
+			// refuses a second park (ErrAlreadyWatched), and the place is
+			// taken, or refused, only once the operation is seen
+			// parkable under its lock (lifecycle.Park; DeferPark for a
+			// deferred park). A refusal changes nothing, so this step
+			// accepts it in any state and leaves the bound to countModel.
 			return one(s)
 		case errShutdown:
 			return oneIf(s, s.closed)

@@ -197,3 +197,27 @@ func TestResetTimeoutDuringAnAdvance(t *testing.T) {
 	assert.Equal(t, 90*time.Minute, obs.time[moved])
 	assert.Equal(t, time.Hour, obs.time[late])
 }
+
+// Issue 43, 4: WithMaxPending bounds places, not NumDelayed. A park
+// deferred by its held SharedLock holds a place from the call that
+// accepts it, but counts in NumDelayed only once the unlock has finished
+// it: meanwhile a park is refused with ErrFull while NumDelayed reports 0.
+func TestErrFullWithNothingDelayed(t *testing.T) {
+	t.Parallel()
+	p, err := purgatory.New[string, *mockOp]("places",
+		purgatory.WithTimer(timer.NewMockTimer()), purgatory.WithoutReaper(), purgatory.WithMaxPending(1))
+	require.NoError(t, err)
+	defer p.Shutdown(context.Background())
+	var group operation.SharedLock
+	deferred := newOp(time.Second, operation.WithLock(&group))
+	group.Lock()
+	done, err := p.TryCompleteElseWatch(deferred, "k")
+	require.NoError(t, err)
+	assert.False(t, done)
+	assert.Zero(t, p.NumDelayed(), "the deferred park waits for the unlock")
+	_, err = p.TryCompleteElseWatch(newOp(time.Second), "k")
+	assert.ErrorIs(t, err, purgatory.ErrFull, "the deferred park holds the one place")
+	group.Unlock()
+	assert.Equal(t, 1, p.NumDelayed())
+	assert.Equal(t, uint64(1), p.Stats().Full)
+}
