@@ -146,10 +146,15 @@ type xstate struct {
 	// pending at rest: a check of one of its keys found it ready, its park
 	// found it ready, its context ended, CompleteForKey or CancelForKey
 	// found it watched.
-	owed    bool
-	closed  bool
-	obliged uint64 // Advances (id%64) at whose start it was due: each must see it leave
-	started uint64 // Advances (id%64) begun and not ended: an end comes after its start
+	owed   bool
+	closed bool
+	// hi is where the Advance under way (adv, 0 if none) takes the
+	// clock: a MockTimer's Advance stops at each deadline on its way, so
+	// a call made meanwhile reads any time from clock to hi (reads), and
+	// an expiry moves the clock to its deadline. Advances take turns, one
+	// whole before the next. Without one, hi is clock.
+	hi      int64
+	adv     int
 	claims  uint64 // CompleteForKey calls (partition index) that found it parked
 	cclaims uint64 // CancelForKey calls likewise
 }
@@ -174,8 +179,8 @@ func (s xstate) String() string {
 	if s.owed {
 		b.WriteString(" owed")
 	}
-	if s.obliged != 0 {
-		fmt.Fprintf(&b, " dueAtAdvances=%b", s.obliged)
+	if s.adv != 0 {
+		fmt.Fprintf(&b, " advancing#%d to %d", s.adv, s.hi)
 	}
 	if s.closed {
 		b.WriteString(" closed")
@@ -216,15 +221,16 @@ func silent(s xstate) []xstate {
 		s = p
 	}
 	if s.st == stPending && !s.armed {
-		a := s
-		a.armed = true
-		if a.resetInP {
-			a.hasDL, a.deadline, a.resetInP = true, a.clock+max(a.resetD, 0), false
+		for _, a := range s.reads() {
+			a.armed = true
+			if a.resetInP {
+				a.hasDL, a.deadline, a.resetInP = true, a.clock+max(a.resetD, 0), false
+			}
+			if !a.hasDL {
+				a.hasDL, a.deadline = true, a.clock+max(a.timeout, 0)
+			}
+			out = append(out, a)
 		}
-		if !a.hasDL {
-			a.hasDL, a.deadline = true, a.clock+max(a.timeout, 0)
-		}
-		out = append(out, a)
 	}
 	return out
 }
@@ -255,8 +261,20 @@ func pstep(state any, input any, output any) []any {
 
 // complete moves a pending operation to done.
 func complete(s xstate) xstate {
-	s.st, s.armed, s.obliged, s.owed = stDone, false, 0, false
+	s.st, s.armed, s.owed = stDone, false, false
 	return s
+}
+
+// reads returns s with the clock read at each time a call can find it at:
+// any from clock to hi while an Advance is under way.
+func (s xstate) reads() []xstate {
+	out := make([]xstate, 0, s.hi-s.clock+1)
+	for c := s.clock; c <= s.hi; c++ {
+		n := s
+		n.clock = c
+		out = append(out, n)
+	}
+	return out
 }
 
 func pstep1(s xstate, in pin, out pout) ([]any, bool) {
@@ -266,8 +284,13 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 	case evPark:
 		switch out.err {
 		case errFull:
-			// countModel checks the bound. ErrFull is decided before
-			// the operation is looked at: whatever its state.
+			// countModel checks the bound. ErrFull is decided after the
+			// operation is looked at: a first look without its lock
+			// refuses a second park (ErrAlreadyWatched), and the place is
+			// taken, or refused, only once the operation is seen
+			// parkable under its lock (lifecycle.Park; DeferPark for a
+			// deferred park). A refusal changes nothing, so this step
+			// accepts it in any state and leaves the bound to countModel.
 			return one(s)
 		case errShutdown:
 			return oneIf(s, s.closed)
@@ -300,18 +323,22 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 			if s.armed {
 				return nil, false
 			}
-			s.armed = true
-			if s.resetInP {
-				s.hasDL, s.deadline, s.resetInP = true, s.clock+max(s.resetD, 0), false
+			var next []any
+			for _, s := range s.reads() {
+				s.armed = true
+				if s.resetInP {
+					s.hasDL, s.deadline, s.resetInP = true, s.clock+max(s.resetD, 0), false
+				}
+				if !s.hasDL {
+					// The park's Add measures the deadline. A reset made
+					// during the park has fixed it already, inside that
+					// reset's call (docs/purgatory.md, "Keeping an
+					// operation alive").
+					s.hasDL, s.deadline = true, s.clock+max(in.d, 0)
+				}
+				next = append(next, s)
 			}
-			if !s.hasDL {
-				// The park's Add measures the deadline. A reset made
-				// during the park has fixed it already, inside that
-				// reset's call (docs/purgatory.md, "Keeping an
-				// operation alive").
-				s.hasDL, s.deadline = true, s.clock+max(in.d, 0)
-			}
-			return one(s)
+			return next, true
 		case stDone, stCancelled:
 			return one(s) // completed (or cancelled) during the park
 		}
@@ -348,14 +375,24 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 				s.resetInP, s.resetD = true, in.d
 				return one(s)
 			}
-			s.hasDL, s.deadline, s.obliged = true, s.clock+max(in.d, 0), 0
-			return one(s)
+			var next []any
+			for _, s := range s.reads() {
+				s.hasDL, s.deadline = true, s.clock+max(in.d, 0)
+				next = append(next, s)
+			}
+			return next, true
 		}
 		// False also once its deadline has come: on a timer of package
 		// timer the reset finds the entry fired, and the expiry under
 		// way decides (docs/purgatory.md, "Keeping an operation alive").
-		due := s.st == stPending && s.hasDL && s.deadline <= s.clock
-		return oneIf(s, s.st != stPending || s.closed || due)
+		if s.st != stPending || s.closed {
+			return one(s)
+		}
+		if s.hasDL && s.deadline <= s.hi {
+			s.clock = max(s.clock, s.deadline)
+			return one(s)
+		}
+		return nil, false
 	case evCFK:
 		if s.st == stPending {
 			s.claims |= 1 << (in.idx % 64)
@@ -378,7 +415,7 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 		if s.st != stPending || s.cclaims&(1<<(in.idx%64)) == 0 {
 			return nil, false
 		}
-		s.st, s.armed, s.obliged, s.owed = stCancelled, false, 0, false
+		s.st, s.armed, s.owed = stCancelled, false, false
 		return one(s)
 	case evCtxCancel:
 		s.ctxDone = true
@@ -391,24 +428,25 @@ func pstep1(s xstate, in pin, out pout) ([]any, bool) {
 	case evTDone:
 		return oneIf(complete(s), s.st == stPending && s.ready)
 	case evExpired:
-		return oneIf(complete(s), s.st == stPending && s.hasDL && s.deadline <= s.clock)
-	case evAdvStart:
-		if s.started&(1<<(in.idx%64)) != 0 {
+		// At its deadline: the Advance that passes it stops there.
+		if s.st != stPending || !s.hasDL || s.deadline > s.hi {
 			return nil, false
 		}
-		s.started |= 1 << (in.idx % 64)
-		s.clock += in.d
-		if s.st == stPending && s.hasDL && s.deadline <= s.clock {
-			s.obliged |= 1 << (in.idx % 64)
+		s.clock = max(s.clock, s.deadline)
+		return one(complete(s))
+	case evAdvStart:
+		if s.adv != 0 {
+			return nil, false
 		}
+		s.adv, s.hi = in.idx, s.clock+in.d
 		return one(s)
 	case evAdvEnd:
-		bit := uint64(1) << (in.idx % 64)
-		if s.started&bit == 0 || s.st == stPending && s.obliged&bit != 0 {
+		// The Advance has expired every operation due by its end, unless
+		// a completion is under way.
+		if s.adv != in.idx || s.st == stPending && s.hasDL && s.deadline <= s.hi {
 			return nil, false
 		}
-		s.started &^= bit
-		s.obliged &^= bit
+		s.clock, s.adv = s.hi, 0
 		return one(s)
 	case evRest:
 		return oneIf(s, s.st != stDeferred && !(s.st == stPending && s.owed))

@@ -18,8 +18,10 @@ import (
 // time against docs/timer.md: Add of a pending task moves it, Cancel
 // reports whether it prevented a pending run and leaves IsCancelled true
 // until the next Add, a task runs in the first Advance whose clock passes
-// its deadline (unless cancelled or added again meanwhile), and at rest
-// Size counts exactly what is pending.
+// its deadline (unless cancelled or added again meanwhile), with the clock
+// at its deadline (an Advance stops at each deadline on its way, so an Add
+// made during one reads any time the Advance passes), and at rest Size
+// counts exactly what is pending.
 
 type tkind uint8
 
@@ -43,57 +45,72 @@ type tin struct {
 type tout struct{ ok bool }
 
 type tstate struct {
-	clock     int64
+	clock int64
+	// hi is where the Advance under way (adv, 0 if none) takes the clock:
+	// a MockTimer's Advance stops at each deadline on its way and runs
+	// the tasks due there, so an Add made meanwhile reads any time from
+	// clock to hi, and a Run moves the clock to its deadline. Advances
+	// take turns, one whole before the next. Without one, hi is clock.
+	hi        int64
+	adv       int
 	pending   bool
 	deadline  int64
 	cancelled bool // IsCancelled
-	obliged   uint64
-	started   uint64
 }
 
-func tstep(state, input, output any) (bool, any) {
+func tstep(state, input, output any) []any {
 	s, in, out := state.(tstate), input.(tin), output.(tout)
 	switch in.kind {
 	case tInit:
-		return true, s
+		return []any{s}
 	case tAdd:
-		s.pending, s.deadline, s.cancelled, s.obliged = true, s.clock+max(in.d, 0), false, 0
-		return true, s
+		var next []any
+		for c := s.clock; c <= s.hi; c++ {
+			n := s
+			n.clock = c
+			n.pending, n.deadline, n.cancelled = true, c+max(in.d, 0), false
+			next = append(next, n)
+		}
+		return next
 	case tCancel:
 		if out.ok != s.pending {
-			return false, s
+			return nil
 		}
-		s.pending, s.cancelled, s.obliged = false, true, 0
-		return true, s
+		s.pending, s.cancelled = false, true
+		return []any{s}
 	case tRun:
-		if !s.pending || s.deadline > s.clock {
-			return false, s
+		// At its deadline: the Advance that passes it stops there.
+		if !s.pending || s.deadline > s.hi {
+			return nil
 		}
-		s.pending, s.obliged = false, 0
-		return true, s
+		s.clock = max(s.clock, s.deadline)
+		s.pending = false
+		return []any{s}
 	case tAdvStart:
-		bit := uint64(1) << (in.idx % 64)
-		if s.started&bit != 0 {
-			return false, s
+		if s.adv != 0 {
+			return nil
 		}
-		s.started |= bit
-		s.clock += in.d
-		if s.pending && s.deadline <= s.clock {
-			s.obliged |= bit
+		if in.idx == 0 { // trimAdvances' stand-in for Advances it dropped
+			s.clock += in.d
+			s.hi = s.clock
+			return []any{s}
 		}
-		return true, s
+		s.adv, s.hi = in.idx, s.clock+in.d
+		return []any{s}
 	case tAdvEnd:
-		bit := uint64(1) << (in.idx % 64)
-		if s.started&bit == 0 || s.pending && s.obliged&bit != 0 {
-			return false, s
+		// The Advance has run every task due by its end.
+		if s.adv != in.idx || s.pending && s.deadline <= s.hi {
+			return nil
 		}
-		s.started &^= bit
-		s.obliged &^= bit
-		return true, s
+		s.clock, s.adv = s.hi, 0
+		return []any{s}
 	case tFinal:
-		return out.ok == s.cancelled, s
+		if out.ok != s.cancelled {
+			return nil
+		}
+		return []any{s}
 	}
-	return false, s
+	return nil
 }
 
 func describeTin(in tin, out tout) string {
@@ -115,16 +132,18 @@ func describeTin(in tin, out tout) string {
 }
 
 func timerModel(parts [][]porcupine.Operation) porcupine.Model {
-	return porcupine.Model{
+	nm := porcupine.NondeterministicModel{
 		Partition:         func([]porcupine.Operation) [][]porcupine.Operation { return parts },
-		Init:              func() any { return tstate{} },
+		Init:              func() []any { return []any{tstate{}} },
 		Step:              tstep,
+		Equal:             func(a, b any) bool { return a.(tstate) == b.(tstate) },
 		DescribeOperation: func(in, out any) string { return describeTin(in.(tin), out.(tout)) },
 		DescribeState: func(state any) string {
 			s := state.(tstate)
 			return fmt.Sprintf("clock=%d pending=%v deadline=%d cancelled=%v", s.clock, s.pending, s.deadline, s.cancelled)
 		},
 	}
+	return nm.ToModel()
 }
 
 // ttask is a timer task that records its runs.

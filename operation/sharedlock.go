@@ -18,11 +18,12 @@ import "github.com/purgatory-go/purgatory/internal/lifecycle"
 // code that locked it, makes its refusals (ErrAlreadyWatched, ErrFull,
 // purgatory.ErrShutdown, bad keys) at once, returns false, and leaves the
 // rest of the park to whoever unlocks next, which finishes it (the first
-// TryComplete, the watches, the last TryComplete) before the lock is
-// released, and adds its timeout just after. So the park is over by the
-// time anyone else can take the lock, as with Kafka's re-entrant lock;
-// until the unlock the operation is not yet counted in NumDelayed and no
-// check finds it. Kafka's group coordinator parks a member's next
+// TryComplete, the timeout's Add, the watches, the last TryComplete)
+// before the lock is released, as a park made at that moment would. So
+// the park is over by the time anyone else can take the lock, as with
+// Kafka's re-entrant lock; until the unlock the operation is not yet
+// counted in NumDelayed and no check finds it, and its timeout runs from
+// the unlock. Kafka's group coordinator parks a member's next
 // heartbeat from the completion of its join this way.
 //
 // The zero SharedLock is unlocked and ready to use. It must not be copied

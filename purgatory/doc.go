@@ -149,7 +149,8 @@
 // least as many completions as slots it visits, and done a step of about
 // 16,000 slots at a time so that a hot key's purge never holds up expiries
 // for long. WithMaxPending bounds the
-// operations parked at once (ErrFull beyond it).
+// operations pending at once (ErrFull beyond it; its doc says what holds
+// a place).
 //
 // # Goroutines
 //

@@ -45,7 +45,7 @@ type Observer interface {
 	// OnComplete, and only after Stats counts the departure.
 	Left(state any, d Departure)
 	// Refused is called when TryCompleteElseWatch turns an operation away
-	// because WithMaxPending operations are pending (ErrFull) or because
+	// because every place WithMaxPending allows is held (ErrFull) or because
 	// the purgatory has shut down (ErrShutdown). Refusals that mean the
 	// caller misused the API (no keys, an operation not initialised or
 	// already parked, too many keys) are returned to it and not reported.

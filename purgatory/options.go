@@ -21,13 +21,17 @@ var (
 	// not called.
 	ErrNotInitialised = errors.New("purgatory: operation not initialised: call Base.Init")
 	// ErrAlreadyWatched is returned for an operation that is already parked
-	// in a purgatory, completed, or cancelled by CancelForKey.
+	// in a purgatory, completed, or cancelled by CancelForKey, or whose
+	// park is deferred: accepted while its operation.SharedLock was held,
+	// and waiting for the unlock to finish it.
 	ErrAlreadyWatched = errors.New("purgatory: operation already parked, completed or cancelled")
 	// ErrTooManyKeys is returned for a park on more than 2,097,151 keys
 	// (2^21-1: an operation counts its live watch entries in 21 bits).
 	ErrTooManyKeys = errors.New("purgatory: too many keys")
-	// ErrFull is returned by TryCompleteElseWatch when the number of
-	// pending operations has reached the bound set by WithMaxPending. The
+	// ErrFull is returned by TryCompleteElseWatch when every place that
+	// WithMaxPending allows is held: by pending operations, parks under
+	// way, and operations leaving that have not yet given theirs back (see
+	// WithMaxPending), so NumDelayed may be below the bound, even 0. The
 	// operation is neither parked nor tried; answer it with a "busy" error
 	// or retry later.
 	ErrFull = errors.New("purgatory: too many pending operations")
@@ -165,12 +169,24 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.l
 // ErrInvalidOption otherwise). The default is 512.
 func WithShards(n int) Option { return optionFunc(func(c *config) { c.shards = n }) }
 
-// WithMaxPending bounds the operations pending at once to n: when n are
-// pending, TryCompleteElseWatch returns ErrFull and parks nothing, so that
-// a burst of requests that cannot be answered turns into errors the client
-// can see instead of memory the server cannot spare. Refusals are counted
-// in Stats.Full. Zero, the default, means no bound; without it no shared
-// counter is touched on the request path.
+// WithMaxPending bounds the operations pending at once to n: when n
+// places are held, TryCompleteElseWatch returns ErrFull and parks nothing,
+// so that a burst of requests that cannot be answered turns into errors
+// the client can see instead of memory the server cannot spare. Refusals
+// are counted in Stats.Full. Zero, the default, means no bound; without it
+// no shared counter is touched on the request path.
+//
+// The bound counts places, not NumDelayed. A place is held by each
+// pending operation; by each park under way, from the moment it has seen
+// its operation parkable under the operation's lock (or a deferred park
+// is accepted) until it is counted in NumDelayed; and by each operation
+// leaving, from the swap that completes or cancels it until the call that
+// made it leave gives the place back, a few instructions later (the
+// expiry, a check, ForceComplete, CompleteForKey, CancelForKey, a
+// context's end, Shutdown). So a park may be refused with ErrFull while
+// NumDelayed reports fewer than n, even 0. Once nothing is in flight, and
+// no park waits for the unlock of its SharedLock, the places held are
+// exactly NumDelayed.
 func WithMaxPending(n int) Option { return optionFunc(func(c *config) { c.maxPending = n }) }
 
 // WithLeavePendingOnShutdown keeps Kafka's behaviour at shutdown: pending

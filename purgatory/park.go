@@ -32,8 +32,8 @@ import (
 // It returns an error, and parks nothing, for no keys (ErrNoKeys), a nil or
 // uninitialised operation, an operation already parked, completed or
 // cancelled (ErrAlreadyWatched), more than 2,097,151 keys
-// (ErrTooManyKeys), WithMaxPending operations already pending (ErrFull), or
-// after Shutdown (ErrShutdown).
+// (ErrTooManyKeys), every place WithMaxPending allows held (ErrFull: see
+// WithMaxPending for what holds one), or after Shutdown (ErrShutdown).
 func (p *Purgatory[K, T]) TryCompleteElseWatch(op T, keys ...K) (bool, error) {
 	if len(keys) == 0 {
 		return false, ErrNoKeys
@@ -271,10 +271,12 @@ func (p *Purgatory[K, T]) Complete(op T, cause error) bool {
 
 // ResetTimeout gives op, pending in this purgatory, the timeout timeout
 // from now: its deadline moves, earlier or later, and Timeout reports the
-// new one. It reports whether op was pending: false, changing nothing, if
-// it had completed (by any path, including its old deadline, which wins a
-// race with the reset once its expiry has completed it), been cancelled,
-// was never parked here, or the purgatory has been shut down. A timeout
+// new one. It reports whether it moved the deadline: false, changing
+// nothing, if op had completed (by any path), been cancelled, was never
+// parked here, or the purgatory has been shut down, and also while op is
+// still pending if its old deadline has come and the timer has fired its
+// entry: the expiry under way then completes op (unless another completion
+// comes first). So true means the old deadline will not expire op. A timeout
 // of zero or less makes op due at once: it expires on the reaper (with a
 // MockTimer, at the next Advance), never inside this call. Like a timer's
 // Add it costs O(1), and it allocates nothing.

@@ -45,8 +45,12 @@
 // Add while holding a lock that the task's Run takes; package purgatory adds
 // each timeout under the operation's lock, which the expiry takes. Kafka's
 // SystemTimer and MockTimer run such a task inside add; a MockTimer here
-// runs it at the next Advance, Advance(0) included (or, if a task's Run
-// added it during an Advance, later in that Advance).
+// runs it at the next Advance, Advance(0) included, or, if a task's Run
+// added it during an Advance, later in that Advance, at the same instant
+// (so a task that adds itself again with delay zero keeps that Advance
+// from returning, as it would keep a SystemTimer's executor busy). A
+// MockTimer's Advance stops at each deadline on its way and runs the tasks
+// due there with the clock reading it.
 //
 // Every [Timer] reports the clock its deadlines are measured on with Now; a
 // [Reaper] forwards its timer's. A Timer implemented outside this package

@@ -70,3 +70,43 @@ func ExampleMockTimer() {
 	// third
 	// ran: 1
 }
+
+// lease is a message's visibility timeout: when it runs, the message can
+// be seen again.
+type lease struct {
+	timer.TaskBase
+	mt  *timer.MockTimer
+	msg string
+}
+
+func (l *lease) Run() { fmt.Printf("%s visible again at %v\n", l.msg, l.mt.Now()) }
+
+// A task is reset as time.Timer.Reset resets a timer: Cancel, keeping
+// what it reports, then SetDelay and Add. Cancel's true says the run of
+// the old deadline will not come; false, that the task was not pending
+// any more (here it had run; on a SystemTimer its Run might still be
+// under way or waiting for the executor).
+func ExampleTaskBase_SetDelay_reset() {
+	mt := timer.NewMockTimer()
+	defer mt.Close()
+	reset := func(l *lease, d time.Duration) {
+		stopped := l.Cancel()
+		l.SetDelay(d)
+		_ = mt.Add(l)
+		fmt.Printf("reset at %v, old run stopped: %v\n", mt.Now(), stopped)
+	}
+
+	l := &lease{mt: mt, msg: "m1"}
+	l.SetDelay(30 * time.Second)
+	_ = mt.Add(l)
+	mt.Advance(20 * time.Second)
+	reset(l, 30*time.Second) // the consumer asks for more time: due at 50s
+	mt.Advance(40 * time.Second)
+	reset(l, 30*time.Second) // too late: it ran at 50s, and runs again at 1m30s
+	mt.Advance(30 * time.Second)
+	// Output:
+	// reset at 20s, old run stopped: true
+	// m1 visible again at 50s
+	// reset at 1m0s, old run stopped: false
+	// m1 visible again at 1m30s
+}

@@ -21,13 +21,29 @@ type Reaper struct {
 	stopped   chan struct{}
 	closeOnce sync.Once
 	err       error
+	// at, if not nil, is called at each step of the loop and of Close: a
+	// hook of this package's tests, given to newReaper.
+	at func(reaperStep)
 }
+
+// reaperStep names the points of a Reaper's loop and of its Close where a
+// test's hook runs.
+type reaperStep int
+
+const (
+	stepTop      reaperStep = iota // the loop, before its check of done
+	stepChecked                    // the loop, after the check, before AdvanceClock
+	stepAdvanced                   // the loop, after AdvanceClock returned
+	stepWoken                      // Close, once it has closed done and woken the timer
+)
 
 var _ Timer = (*Reaper)(nil)
 
 // NewReaper starts a goroutine that advances t, and returns the Reaper that
 // owns it. It panics if t is nil, as that is a programming error.
-func NewReaper(name string, t Timer) *Reaper {
+func NewReaper(name string, t Timer) *Reaper { return newReaper(name, t, nil) }
+
+func newReaper(name string, t Timer, at func(reaperStep)) *Reaper {
 	if t == nil {
 		panic("timer: NewReaper called with a nil Timer")
 	}
@@ -36,21 +52,36 @@ func NewReaper(name string, t Timer) *Reaper {
 		t:       t,
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
+		at:      at,
 	}
 	r.engine = core.LinkOf(r, t)
 	go r.loop()
 	return r
 }
 
+// loop advances the timer until Close. Close closes done and then wakes
+// the timer, which cuts short the wait in progress and keeps every later
+// one from sleeping (on this package's timers: a closed channel their
+// wait selects on), so Close is seen wherever the loop is: before its
+// check of done, between the check and the wait, or inside the wait.
 func (r *Reaper) loop() {
 	defer close(r.stopped)
 	for {
+		r.step(stepTop)
 		select {
 		case <-r.done:
 			return
 		default:
 		}
+		r.step(stepChecked)
 		r.t.AdvanceClock(reaperPoll)
+		r.step(stepAdvanced)
+	}
+}
+
+func (r *Reaper) step(s reaperStep) {
+	if r.at != nil {
+		r.at(s)
 	}
 }
 
@@ -75,6 +106,7 @@ func (r *Reaper) Close() error {
 		if w, ok := r.t.(waker); ok {
 			w.wake()
 		}
+		r.step(stepWoken)
 		<-r.stopped
 		r.err = r.t.Close()
 	})

@@ -34,3 +34,10 @@ func TestSystemClockInsideABubble(t *testing.T) {
 	assert.Greater(t, a, time.Duration(0))
 	assert.GreaterOrEqual(t, clk.Now(), a)
 }
+
+// Issue 43, 1: a MockTimer's tasks read their own deadlines inside a
+// testing/synctest bubble too: the mock's clock is its own, and Advance
+// runs on the calling goroutine, so the bubble changes nothing.
+func TestMockTimerRunsTasksAtTheirDeadlinesInABubble(t *testing.T) {
+	synctest.Test(t, checkTasksRunAtTheirDeadlines)
+}

@@ -39,8 +39,23 @@ func (b *TaskBase) Delay() time.Duration { return b.entry().LoadDelay() }
 
 // SetDelay sets the delay the next Add will use. A delay of zero or less means
 // the task is due at once. SetDelay must not be called while an Add of the same
-// task is in progress; it does not move a task that is already pending (add it
-// again to do that).
+// task is in progress; it does not move a task that is already pending: the
+// next Add does.
+//
+// To reset a task to a new delay, as [time.Timer.Reset] does a timer, Cancel
+// it first and keep what Cancel reports, then set the delay and Add it:
+//
+//	stopped := task.Cancel() // true: the old deadline's Run will not come
+//	task.SetDelay(d)
+//	err := tm.Add(task)
+//
+// Cancel reports false when the task was not pending: it has run, or it was
+// never added, or it has been taken to run, and its Run may be under way or
+// still to come (on the executor), beside the one the new deadline brings.
+// An Add alone moves a pending task too, but cannot tell which happened. As
+// with a timer made by [time.AfterFunc], a Run that must not act for an old
+// deadline has to be told by the code that reset it (a generation number, or
+// a deadline, that both read under a lock of their own).
 func (b *TaskBase) SetDelay(d time.Duration) { b.entry().Delay = int64(d) }
 
 // Cancel stops the task from running. It reports whether this call prevented

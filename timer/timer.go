@@ -13,6 +13,15 @@ type Timer interface {
 	// is already pending moves it to the new deadline; it is counted once.
 	// After Close, Add returns ErrClosed and neither runs nor keeps the task.
 	//
+	// A task that has been taken to run is no longer pending: an Add
+	// schedules it again, and the Run already taken still comes. To move a
+	// task and know whether its old deadline's Run was stopped, reset it
+	// (see [TaskBase.SetDelay]):
+	//
+	//	stopped := task.Cancel() // true: the old deadline's Run will not come
+	//	task.SetDelay(d)
+	//	err := tm.Add(task)
+	//
 	// Add never runs the task itself: a due task runs on whatever advances
 	// the timer (AdvanceClock, a Reaper, a MockTimer's Advance). A
 	// purgatory adds timeouts while holding the operation's lock, which

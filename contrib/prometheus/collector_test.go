@@ -499,14 +499,18 @@ func (c0) Stats() purgatory.Stats { return purgatory.Stats{} }
 
 // Past 292 years of accumulated time in purgatory (11 days for a busy
 // broker) a Duration cannot hold the sum; _sum, from SumSeconds, stays
-// right. Three operations parked for 2^62ns each add up to 3*2^62ns.
+// right. Four operations parked for 2^61ns each (the longest timeout an
+// operation keeps, 73 years) add up to 2^63ns, one more than a Duration
+// holds. (The test parked three for 2^62ns, which Init takes as 2^61ns,
+// and relied on a MockTimer's Advance expiring them at its end; it now
+// expires each at its deadline.)
 func TestSumSurvivesInt64Overflow(t *testing.T) {
 	p, mt := newPurgatory(t, "Fetch")
-	for _, k := range []string{"a", "b", "c"} {
-		park(t, p, newOp(1<<62), k)
+	for _, k := range []string{"a", "b", "c", "d"} {
+		park(t, p, newOp(1<<61), k)
 	}
 	mt.Advance(1 << 62)
-	require.Equal(t, uint64(3), p.Stats().Expired)
+	require.Equal(t, uint64(4), p.Stats().Expired)
 	h := p.times.Snapshot().Expired
 	require.Equal(t, time.Duration(math.MaxInt64), h.Sum(), "a Duration saturates")
 
@@ -514,6 +518,6 @@ func TestSumSurvivesInt64Overflow(t *testing.T) {
 	require.NoError(t, c.Add("Fetch", p, p.timed()))
 	got := histograms(t, c)["Fetch/expired"]
 	require.NotNil(t, got)
-	assert.EqualValues(t, 3, got.GetSampleCount())
-	assert.InEpsilon(t, 3*float64(1<<62)/1e9, got.GetSampleSum(), 1e-9, "SumSeconds does not")
+	assert.EqualValues(t, 4, got.GetSampleCount())
+	assert.InEpsilon(t, 4*float64(1<<61)/1e9, got.GetSampleSum(), 1e-9, "SumSeconds does not")
 }

@@ -119,6 +119,14 @@ func (c *MockClock) fireLocked() {
 	}
 }
 
+// Armed reports how many of the clock's timers are set to fire: a test's
+// way to know that a goroutine sleeps on the clock.
+func (c *MockClock) Armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
 // NewTimer returns a timer that fires when the clock reaches Now()+d.
 func (c *MockClock) NewTimer(d time.Duration) ClockTimer {
 	mt := &mockClockTimer{c: c, ch: make(chan time.Time, 1)}

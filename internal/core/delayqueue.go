@@ -26,10 +26,17 @@ type delayQueue struct {
 	tickNano int64
 
 	// wake carries a token when a bucket becomes the new head, so that a
-	// sleeping poll recomputes its wait. interrupt carries a token asking a
-	// wait to give up and return false. Both hold at most one token.
-	wake      chan struct{}
-	interrupt chan struct{}
+	// sleeping poll recomputes its wait; it holds at most one token.
+	wake chan struct{}
+	// quit is closed by stop: every wait from then on, and the one under
+	// way, returns false without sleeping. A closed channel rather than a
+	// token, so that a stop is seen whenever it comes: before the wait,
+	// between its check of the heap and its select, or inside the select.
+	// A token sent while no wait was under way could be taken by the wrong
+	// wait, or by none (issue 43: a Reaper's Close lost on a MockTimer,
+	// whose clock nothing moved any more).
+	quit    chan struct{}
+	stopped bool // quit is closed; guarded by mu
 
 	// timer is the one reusable clock timer wait sleeps on; no timer or
 	// goroutine is ever created per task or per bucket. On the system
@@ -64,11 +71,11 @@ func newDelayQueue(now func() time.Duration, clock Clock, tick time.Duration) *d
 	t := clock.NewTimer(time.Hour)
 	t.Stop()
 	q := &delayQueue{
-		now:       now,
-		tickNano:  int64(tick),
-		wake:      make(chan struct{}, 1),
-		interrupt: make(chan struct{}, 1),
-		timer:     t,
+		now:      now,
+		tickNano: int64(tick),
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		timer:    t,
 	}
 	q.lateAt.Store(math.MaxInt64)
 	return q
@@ -119,11 +126,22 @@ func (q *delayQueue) pollDue(now time.Duration) *bucket {
 	return heap.Pop(&q.items).(*bucket)
 }
 
+// head returns the time the head bucket is due at, if any is queued.
+func (q *delayQueue) head() (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return 0, false
+	}
+	return q.dueAt(q.items[0].due), true
+}
+
 // wait waits up to timeout for the head bucket to be due, and reports
-// whether one is. It takes nothing out of the queue: the caller polls the
-// due buckets (pollDue) under the timer's write lock, so that Adds, which
-// hold the read lock from reading the clock to offering their bucket, are
-// either wholly before that poll or wholly after it. A wait that popped the
+// whether one is; once stop has been called it returns false at once. It
+// takes nothing out of the queue: the caller polls the due buckets
+// (pollDue) under the timer's write lock, so that Adds, which hold the
+// read lock from reading the clock to offering their bucket, are either
+// wholly before that poll or wholly after it. A wait that popped the
 // bucket itself would let an Add offer an earlier bucket between the pop
 // and the turn that handles it, or let a second goroutine advancing the
 // same timer handle later buckets first.
@@ -135,6 +153,10 @@ func (q *delayQueue) wait(timeout time.Duration) bool {
 		now := q.now()
 		q.working(now)
 		q.mu.Lock()
+		if q.stopped {
+			q.mu.Unlock()
+			return false
+		}
 		wait := deadline - now
 		headDue := time.Duration(math.MaxInt64) // nothing queued
 		if len(q.items) > 0 {
@@ -159,7 +181,7 @@ func (q *delayQueue) wait(timeout time.Duration) bool {
 		case <-q.timer.C():
 		case <-q.wake:
 			q.timer.Stop()
-		case <-q.interrupt:
+		case <-q.quit:
 			q.timer.Stop()
 			return false
 		}
@@ -209,12 +231,16 @@ func (q *delayQueue) nudge(now int64) {
 	runtime.Gosched()
 }
 
-// stop makes a wait in progress, or the next one, return false at once.
+// stop makes a wait in progress, and every later one, return false
+// without sleeping. It is for a timer that is closing (Close, or a Reaper's
+// Close, which closes the timer next), so it is never undone.
 func (q *delayQueue) stop() {
-	select {
-	case q.interrupt <- struct{}{}:
-	default:
+	q.mu.Lock()
+	if !q.stopped {
+		q.stopped = true
+		close(q.quit)
 	}
+	q.mu.Unlock()
 }
 
 // clear drops every queued bucket.

@@ -286,7 +286,7 @@ func TestBucketReuseResetsExpiration(t *testing.T) {
 }
 
 // The delay queue orders buckets by expiration, wakes a sleeping poll when
-// an earlier bucket arrives, and returns nil on timeout or interrupt.
+// an earlier bucket arrives, and returns false on timeout or once stopped.
 func TestDelayQueue(t *testing.T) {
 	clk := NewMockClock()
 	q := newDelayQueue(clk.Now, clk, time.Millisecond)
@@ -328,6 +328,16 @@ func TestDelayQueue(t *testing.T) {
 		waitTimers(t, clk)
 		q.stop()
 		assert.False(t, <-got)
+	})
+
+	// A closed channel, not a token: a stop that came before the wait
+	// (issue 43: a Reaper's Close before its loop entered the wait) is
+	// not lost, nor used up by the wait it ended.
+	t.Run("after stop no wait sleeps", func(t *testing.T) {
+		assert.False(t, q.wait(time.Hour))
+		assert.False(t, q.wait(time.Hour))
+		q.stop() // idempotent
+		assert.Zero(t, clk.Armed(), "no timer was set")
 	})
 
 	clk.Advance(10 * time.Millisecond)

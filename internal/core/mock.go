@@ -22,17 +22,45 @@ func NewMock() *Mock {
 	return &Mock{Timer: t, Clock: clock}
 }
 
-// Advance moves the clock forward by d and runs every task that is due, in
-// deadline order. It returns how many tasks ran.
+// Advance moves the clock forward by d in steps, to each time a bucket is
+// due, and there runs what is due before the next step: every task runs
+// with the clock at its own deadline (a finest bucket spans one
+// nanosecond, so a task fires from the bucket of its own instant; a
+// coarse bucket is moved down at the time it is due, a span before its
+// tasks), in deadline order, and tasks a Run adds with a deadline inside
+// the advance run in it, at theirs. The clock ends at its old time plus
+// d. It returns how many tasks ran.
 //
-// The clock moves inside the first turn, under the timer's write lock:
+// Each step moves the clock inside a turn, under the timer's write lock:
 // an Add or a Reschedule comes wholly before the move (its deadline
 // measured on the old clock, and due now if it is due at the new one) or
-// wholly after the turn that handles what the move made due.
+// wholly after the turn that handles what the move made due. No step
+// passes the head of the delay queue, and each runs until the queue has
+// nothing due and no bucket is being moved down, so between turns the
+// clock never reads past the deadline of a pending entry that has not
+// fired.
 func (m *Mock) Advance(d time.Duration) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.runDue(func() { m.Clock.Advance(d) })
+	before, _ := m.Counts()
+	end := addSat(m.Clock.Now(), max(d, 0))
+	for {
+		var at time.Duration
+		m.turn(func() {
+			at = end
+			if head, ok := m.queue.head(); ok && head < at {
+				at = head
+			}
+			m.Clock.Set(at)
+		})
+		for m.AdvanceDue() {
+		}
+		if at >= end {
+			break
+		}
+	}
+	after, _ := m.Counts()
+	return int(after - before)
 }
 
 // AdvanceClock waits up to timeout, on the mock clock, for a task to be
@@ -52,17 +80,13 @@ func (m *Mock) AdvanceClock(timeout time.Duration) bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.runDue(nil) > 0
+	return m.runDue() > 0
 }
 
-// runDue runs every task that is due, after a first turn that calls move
-// (if not nil) under the write lock, and returns how many ran. The caller
-// holds mu.
-func (m *Mock) runDue(move func()) int {
+// runDue runs every task that is due and returns how many ran. The
+// caller holds mu.
+func (m *Mock) runDue() int {
 	before, _ := m.Counts()
-	if move != nil {
-		m.turn(move)
-	}
 	for m.AdvanceDue() {
 	}
 	after, _ := m.Counts()

@@ -651,8 +651,9 @@ func (t *Timer) Close() error {
 	return nil
 }
 
-// Wake cuts short an AdvanceClock that is waiting, for a Reaper that is
-// closing.
+// Wake cuts short an AdvanceClock that is waiting, and keeps every later
+// one from waiting, for a Reaper that is closing: its goroutine may be
+// anywhere on its way into the wait, and the timer is closed next.
 func (t *Timer) Wake() { t.queue.stop() }
 
 // runTask runs one expired entry, recovering a panic so that one bad task
