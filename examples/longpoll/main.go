@@ -8,19 +8,16 @@
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
 // Alone, it keeps keys in memory; with -redis, it is one of several servers
-// sharing them through Redis (store.go, redis.go). bench_test.go compares
-// it with the usual Go long poll: a channel per key and a time.After per
-// request.
+// sharing them through Redis (store.go, redis.go). request.go holds the
+// limits on what a client may send. bench_test.go compares it with the
+// usual Go long poll: a channel per key and a time.After per request.
 package main
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -38,12 +35,6 @@ import (
 	"github.com/purgatory-go/purgatory/contrib/timing"
 	"github.com/purgatory-go/purgatory/operation"
 	"github.com/purgatory-go/purgatory/purgatory"
-)
-
-const (
-	defaultTimeout = "30s"
-	maxTimeout     = 5 * time.Minute // longer waits are refused with 400
-	maxValueBytes  = 1 << 20
 )
 
 // poll is one GET /wait. TryComplete runs with the poll's lock held, as
@@ -77,20 +68,22 @@ type server struct {
 	stop   func()      // stops listening to the store
 	polls  *purgatory.Purgatory[string, *poll]
 	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
+	body   time.Duration    // how long a request body may take to arrive
 	mux    http.ServeMux
 }
 
 // config is what main's flags set.
 type config struct {
-	maxPending int   // polls parked at once before 503; zero means no bound
-	timing     bool  // keep time-in-purgatory histograms for /metrics
-	store      store // nil: a memStore, for one server alone
+	maxPending  int           // polls parked at once before 503; zero means no bound
+	timing      bool          // keep time-in-purgatory histograms for /metrics
+	store       store         // nil: a memStore, for one server alone
+	bodyTimeout time.Duration // zero: defaultBodyTimeout
 }
 
 // newServer returns a server listening to its store. close answers its
 // parked polls with 503, and later ones the same way.
 func newServer(c config) (*server, error) {
-	s := &server{store: c.store}
+	s := &server{store: c.store, body: cmp.Or(c.bodyTimeout, defaultBodyTimeout)}
 	if s.store == nil {
 		s.store = new(memStore)
 	}
@@ -125,22 +118,27 @@ func (s *server) close(ctx context.Context) error {
 	return err
 }
 
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		s.bodyDeadline(w)
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *server) wait(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyOf(w, r)
+	if !ok {
+		return
+	}
 	q := r.URL.Query()
-	key := q.Get("key")
 	after, aerr := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
 	timeout, terr := time.ParseDuration(cmp.Or(q.Get("timeout"), defaultTimeout))
 	switch {
-	case key == "":
-		http.Error(w, "key is required", http.StatusBadRequest)
-		return
 	case aerr != nil:
 		http.Error(w, "after must be a version: a non-negative integer", http.StatusBadRequest)
 		return
 	case terr != nil || timeout < 0 || timeout > maxTimeout:
-		http.Error(w, fmt.Sprintf("timeout must be a Go duration from 0s to %v", maxTimeout), http.StatusBadRequest)
+		http.Error(w, "timeout must be a Go duration from 0s to "+maxTimeout.String(), http.StatusBadRequest)
 		return
 	}
 	if !s.listen.Load() {
@@ -190,21 +188,13 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// unavailable answers 503: try again in a second, here or on another server.
-func unavailable(w http.ResponseWriter, why string) {
-	w.Header().Set("Retry-After", "1")
-	http.Error(w, why, http.StatusServiceUnavailable)
-}
-
 func (s *server) notify(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		http.Error(w, "key is required", http.StatusBadRequest)
+	key, ok := keyOf(w, r)
+	if !ok {
 		return
 	}
-	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxValueBytes))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	value, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	// Store first, check second. A poll being parked now either sees the
@@ -214,7 +204,7 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// let a poll parked in between wait for the next notify or its timeout.
 	// No lock of ours is held across the check: it runs TryCompletes, and
 	// one that waited for a lock its caller holds would never return.
-	e, err := s.store.put(r.Context(), key, string(value))
+	e, err := s.store.put(r.Context(), key, value)
 	if err != nil {
 		unavailable(w, "store unreachable")
 		return
@@ -224,52 +214,12 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"version": e.Version, "woken": s.heard(key, e)})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// serve serves s on ln until ctx ends, then stops in the order that leaves
-// no poll hanging: the purgatory's Shutdown answers every parked poll
-// first, so that the HTTP server's Shutdown, which waits for running
-// handlers, finds them finishing. The other way round it would wait for
-// the polls' timeouts.
-//
-// Besides HTTP/1.1 it speaks HTTP/2 without TLS (curl
-// --http2-prior-knowledge), which carries many polls on one connection.
-func serve(ctx context.Context, ln net.Listener, s *server) error {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{
-		Handler:           s,
-		Protocols:         &protocols,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      maxTimeout + 10*time.Second, // must outlast the longest poll
-		IdleTimeout:       time.Minute,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return errors.Join(err, s.close(context.Background()))
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := errors.Join(s.close(sctx), hs.Shutdown(sctx))
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
-}
-
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	var c config
 	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
 	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
+	flag.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request body may take to arrive before 408")
 	redisAddr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
 	flag.Parse()
 	if *redisAddr != "" {

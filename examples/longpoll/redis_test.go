@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,23 @@ func startCluster(t *testing.T, r *redisServer, n int) []*server {
 		waitUntil(t, s.listen.Load, noFailure)
 	}
 	return ss
+}
+
+// notified returns the version and woken of a notify's 200.
+func notified(t *testing.T, rec *httptest.ResponseRecorder) (version uint64, woken int) {
+	t.Helper()
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var got struct {
+		Version uint64
+		Woken   int
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	return got.Version, got.Woken
+}
+
+// answerJSON is the answer to a poll, for JSONEq.
+func answerJSON(key string, version uint64, value string) string {
+	return fmt.Sprintf(`{"key":%q,"version":%d,"value":%q}`, key, version, value)
 }
 
 func parked(ss []*server) int {
@@ -214,7 +232,7 @@ func TestClusterRefusesBadInput(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, do(ss[0], "GET", target, "").Code, target)
 	}
 	assert.Equal(t, http.StatusBadRequest, do(ss[0], "POST", "/notify", "x").Code)
-	assert.Equal(t, http.StatusBadRequest, do(ss[0], "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, do(ss[0], "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
 	assert.JSONEq(t, `{"version":1,"woken":0}`, do(ss[1], "POST", "/notify?key=a", "x").Body.String(),
 		"the refused notify stored nothing")
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"sync"
+	"unicode/utf8"
 )
 
 // entry is a key's value and its version, which starts at 0 (no value yet)
@@ -15,13 +16,29 @@ type entry struct {
 
 var noEntry = &entry{} // version 0: a key nothing was put to
 
-// answer is the JSON body of a GET /wait answered with a new version.
-func (e entry) answer(key string) any {
-	return struct {
-		Key     string `json:"key"`
-		Version uint64 `json:"version"`
-		Value   string `json:"value"`
-	}{key, e.Version, e.Value}
+// answer is the JSON body of a GET /wait answered with e. JSON strings are
+// text: a key or value that is not valid UTF-8 would have its bytes
+// replaced, so it is sent in base64 instead, as key_base64 or value_base64.
+func (e *entry) answer(key string) any {
+	var a struct {
+		Key         *string `json:"key,omitempty"`
+		KeyBase64   []byte  `json:"key_base64,omitempty"`
+		Version     uint64  `json:"version"`
+		Value       *string `json:"value,omitempty"`
+		ValueBase64 []byte  `json:"value_base64,omitempty"`
+	}
+	a.Version = e.Version
+	if utf8.ValidString(key) {
+		a.Key = &key
+	} else {
+		a.KeyBase64 = []byte(key)
+	}
+	if utf8.ValidString(e.Value) {
+		a.Value = &e.Value
+	} else {
+		a.ValueBase64 = []byte(e.Value)
+	}
+	return a
 }
 
 // A store keeps each key's newest entry where every server using it can
