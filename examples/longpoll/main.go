@@ -8,9 +8,10 @@
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
 // Alone, it keeps keys in memory; with -redis, it is one of several servers
-// sharing them through Redis (store.go, redis.go). request.go holds the
-// limits on what a client may send. bench_test.go compares it with the
-// usual Go long poll: a channel per key and a time.After per request.
+// sharing them through Redis (store.go, redis.go, cluster.go). request.go
+// holds the limits on what a client may send. bench_test.go compares it
+// with the usual Go long poll: a channel per key and a time.After per
+// request.
 package main
 
 import (
@@ -64,11 +65,12 @@ type server struct {
 	store  store       // where keys' entries live, and how their changes are heard
 	keys   keys        // the keys parked polls wait on
 	listen atomic.Bool // the store's announcements are heard: new polls may park
-	wasUp  bool        // up succeeded before; only the listener's calls use it, one at a time
+	state  int8        // 1 after an up, -1 after a lost, 0 before either; the listener's calls only
 	stop   func()      // stops listening to the store
 	polls  *purgatory.Purgatory[string, *poll]
 	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
 	body   time.Duration    // how long a request body may take to arrive
+	log    *log.Logger
 	mux    http.ServeMux
 }
 
@@ -78,12 +80,13 @@ type config struct {
 	timing      bool          // keep time-in-purgatory histograms for /metrics
 	store       store         // nil: a memStore, for one server alone
 	bodyTimeout time.Duration // zero: defaultBodyTimeout
+	log         *log.Logger   // nil: the log package's standard logger
 }
 
 // newServer returns a server listening to its store. close answers its
 // parked polls with 503, and later ones the same way.
 func newServer(c config) (*server, error) {
-	s := &server{store: c.store, body: cmp.Or(c.bodyTimeout, defaultBodyTimeout)}
+	s := &server{store: c.store, body: cmp.Or(c.bodyTimeout, defaultBodyTimeout), log: cmp.Or(c.log, log.Default())}
 	if s.store == nil {
 		s.store = new(memStore)
 	}
@@ -103,7 +106,7 @@ func newServer(c config) (*server, error) {
 	metrics := purgatoryprom.NewCollector()
 	_ = metrics.Add("LongPoll", s.polls, metricOpts...) // one fixed, valid name
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
+	reg.MustRegister(metrics, s.storeUp())
 	s.mux.HandleFunc("GET /wait", s.wait)
 	s.mux.HandleFunc("POST /notify", s.notify)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -142,21 +145,14 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.listen.Load() {
-		unavailable(w, "store unreachable")
+		s.unavailable(w)
 		return
 	}
 	k := s.keys.hold(key)
 	defer s.keys.release(k)
-	if !k.filled.Load() {
-		// The first poll on a key reads its entry; a poll that held the
-		// key meanwhile and parked on an older one is checked again.
-		es, err := s.store.get(r.Context(), key)
-		if err != nil {
-			unavailable(w, "store unreachable")
-			return
-		}
-		s.advance(k, es[0])
-		k.filled.Store(true)
+	if !k.filled.Load() && !s.fill(r.Context(), k) {
+		s.unavailable(w)
+		return
 	}
 	p := &poll{key: k, after: after, done: make(chan struct{})}
 	p.Init(p, timeout)
@@ -206,7 +202,7 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// one that waited for a lock its caller holds would never return.
 	e, err := s.store.put(r.Context(), key, value)
 	if err != nil {
-		unavailable(w, "store unreachable")
+		s.unavailable(w)
 		return
 	}
 	// woken counts this server's polls; the store announces the change to
@@ -220,13 +216,9 @@ func main() {
 	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
 	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
 	flag.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request body may take to arrive before 408")
-	redisAddr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
+	newStore := storeFlags()
 	flag.Parse()
-	if *redisAddr != "" {
-		rs := newRedisStore(*redisAddr)
-		defer rs.client.Close()
-		c.store = rs
-	}
+	c.store = newStore()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -235,7 +227,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("serving on http://%s; Ctrl-C answers the parked polls and stops", ln.Addr())
+	log.Printf("serving on http://%s, keys in %v; Ctrl-C answers the parked polls and stops", ln.Addr(), c.store)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = serve(ctx, ln, s)
 	stop()

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,12 +23,21 @@ import (
 // announcement.
 type redisStore struct {
 	client *redis.Client
+	addr   string
 	id     string // in each change it announces, so that its own listen skips them
+	opt    redisOptions
+}
+
+// redisOptions tune a redisStore; a zero field takes its default.
+type redisOptions struct {
+	// timeout bounds each command.
+	timeout time.Duration
 }
 
 const (
-	redisPrefix  = "longpoll:" // of each key's hash
-	redisChannel = "longpoll"  // where puts are announced
+	redisPrefix         = "longpoll:" // of each key's hash
+	redisChannel        = "longpoll"  // where puts are announced
+	defaultRedisTimeout = time.Second
 )
 
 // newRedisStore returns a store on the Redis server at addr. A command
@@ -34,22 +45,29 @@ const (
 // made, and retrying it would make it twice; the client that gets its 503
 // decides. Nor is a dial, so that while Redis is down a poll or a notify
 // is refused at once rather than after go-redis's five tries.
-func newRedisStore(addr string) *redisStore {
-	return &redisStore{id: rand.Text(), client: redis.NewClient(&redis.Options{
+func newRedisStore(addr string, o redisOptions) *redisStore {
+	o.timeout = cmp.Or(o.timeout, defaultRedisTimeout)
+	return &redisStore{addr: addr, id: rand.Text(), opt: o, client: redis.NewClient(&redis.Options{
 		Addr:                     addr,
 		MaxRetries:               -1,
 		DialerRetries:            1,
-		DialTimeout:              time.Second,
-		ReadTimeout:              time.Second,
-		WriteTimeout:             time.Second,
+		DialTimeout:              o.timeout,
+		ReadTimeout:              o.timeout,
+		WriteTimeout:             o.timeout,
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})}
 }
 
+func (r *redisStore) String() string { return "redis at " + r.addr }
+
+// named says which Redis an error came from.
+func (r *redisStore) named(err error) error { return fmt.Errorf("%v: %w", r, err) }
+
 // putScript bumps the version, stores the value and announces both. The
-// message is "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes
-// tells where the value starts, so neither needs escaping.
+// message is
+// "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes tells where
+// the value starts, so neither needs escaping.
 var putScript = redis.NewScript(`
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], 'value', ARGV[2])
@@ -62,7 +80,7 @@ return v
 func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error) {
 	v, err := putScript.Run(ctx, r.client, []string{redisPrefix + key}, key, value, redisChannel, r.id).Uint64()
 	if err != nil {
-		return nil, err
+		return nil, r.named(err)
 	}
 	return &entry{Version: v, Value: value}, nil
 }
@@ -74,7 +92,7 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 		cmds[i] = pipe.HMGet(ctx, redisPrefix+key, "version", "value")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
+		return nil, r.named(err)
 	}
 	es := make([]*entry, len(keys))
 	for i, cmd := range cmds {
@@ -83,7 +101,7 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 		if s, ok := vals[0].(string); ok {
 			v, err := strconv.ParseUint(s, 10, 64)
 			if err != nil {
-				return nil, err
+				return nil, r.named(err)
 			}
 			value, _ := vals[1].(string)
 			es[i] = &entry{Version: v, Value: value}
@@ -106,13 +124,13 @@ func (r *redisStore) listen(l listener) (stop func()) {
 			switch m := msg.(type) {
 			case nil:
 				if ctx.Err() == nil {
-					l.lost(err)
+					l.lost(r.named(err))
 					sleep(ctx, 100*time.Millisecond) // then Receive dials again
 				}
 			case *redis.Subscription:
 				// Messages wait in the connection while up reads the keys.
 				for err := l.up(ctx); err != nil && ctx.Err() == nil; err = l.up(ctx) {
-					l.lost(err)
+					l.lost(r.named(err))
 					sleep(ctx, 100*time.Millisecond)
 				}
 			case *redis.Message:

@@ -83,7 +83,12 @@ func tooLarge(w http.ResponseWriter) {
 	http.Error(w, fmt.Sprintf("a value is at most %d bytes", maxValueBytes), http.StatusRequestEntityTooLarge)
 }
 
-// unavailable answers 503: try again in a second, here or on another server.
+// unavailable answers 503 naming the store: try again in a second, here
+// or on another server.
+func (s *server) unavailable(w http.ResponseWriter) {
+	unavailable(w, fmt.Sprintf("store unreachable: %v", s.store))
+}
+
 func unavailable(w http.ResponseWriter, why string) {
 	w.Header().Set("Retry-After", "1")
 	http.Error(w, why, http.StatusServiceUnavailable)

@@ -55,6 +55,8 @@ type store interface {
 	// listen tells l of the changes announced from now on, until stop is
 	// called; stop returns once l will hear nothing more.
 	listen(l listener) (stop func())
+	// String names the store in logs, 503s and /metrics.
+	String() string
 }
 
 // A listener hears what a store announces, one call at a time.
@@ -79,6 +81,8 @@ type memStore struct {
 	mu   sync.Mutex // guards keys; never held while calling into the purgatory
 	keys map[string]*entry
 }
+
+func (s *memStore) String() string { return "memory" }
 
 func (s *memStore) put(_ context.Context, key, value string) (*entry, error) {
 	s.mu.Lock()
