@@ -68,6 +68,8 @@ func (s *server) storeUp() prometheus.Collector {
 func storeFlags() func() store {
 	addr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
 	var o redisOptions
+	flag.DurationVar(&o.health, "redis-health", defaultHealth,
+		"with -redis: a subscription silent this long is pinged, and dropped and made again if the ping is not answered as long")
 	flag.DurationVar(&o.timeout, "redis-timeout", defaultRedisTimeout,
 		"with -redis: how long a command may take")
 	return func() store {

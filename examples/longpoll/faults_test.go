@@ -6,14 +6,60 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // The tests of this file break what lies between a server and its Redis,
-// as a network or an operator would (issue 42), and check what clients
-// see.
+// as a network or an operator would (issue 42), through a proxy
+// (proxy_test.go) or by restarting redis-server, and check what clients
+// see. Servers check their subscription every 250ms here, not every 5s,
+// and give commands 500ms, not 1s.
+
+var quick = redisOptions{health: 250 * time.Millisecond, timeout: 500 * time.Millisecond}
+
+// Issue 42, 1: a server whose subscription goes silent with its connection
+// left open (Redis's side closed, this side not told) notices within two
+// health periods, subscribes again and reads the keys its polls hold,
+// answering the poll whose key changed meanwhile; unable to subscribe
+// again, it refuses polls with 503, naming its Redis, until it can. Both
+// transitions are logged.
+func TestClusterHearsAgainAfterAHalfOpenSubscription(t *testing.T) {
+	r := startRedis(t)
+	p := startProxy(t, r.addr)
+	a, logs := startServer(t, p.addr, quick)
+	b, _ := startServer(t, r.addr, quick)
+	within(t, "both subscribed", func() bool { return a.listen.Load() && b.listen.Load() })
+	held := parkOn(t, a, "/wait?key=k&timeout=1m")
+
+	p.cut()
+	v, _ := notified(t, retried(t, b, "POST", "/notify?key=k", "changed"))
+	within(t, "the poll held on the cut server answered", held.finished)
+	assert.Equal(t, http.StatusOK, held.rec.Code)
+	assert.JSONEq(t, answerJSON("k", v, "changed"), held.rec.Body.String())
+	assert.Contains(t, logs.String(), "not hearing redis at "+p.addr)
+
+	// Cut again, and new connections refused: deaf, and it knows it.
+	p.setRefuse(true)
+	p.cut()
+	within(t, "the server knows it does not hear", func() bool { return !a.listen.Load() })
+	rec := do(a, "GET", "/wait?key=k2&timeout=1m", "")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.Contains(t, rec.Body.String(), p.addr)
+
+	p.setRefuse(false)
+	within(t, "the server hears again", a.listen.Load)
+	again := parkOn(t, a, "/wait?key=k2&timeout=1m")
+	v2, _ := notified(t, retried(t, b, "POST", "/notify?key=k2", "heard"))
+	within(t, "a poll on the server that hears again answered", again.finished)
+	assert.JSONEq(t, answerJSON("k2", v2, "heard"), again.rec.Body.String())
+	log := logs.String()
+	assert.GreaterOrEqual(t, strings.Count(log, "not hearing redis at "+p.addr), 2, log)
+	assert.GreaterOrEqual(t, strings.Count(log, "longpoll: hearing redis at "+p.addr+" again"), 2, log)
+}
 
 // Issue 42, 7: a server given an address where no Redis answers says so
 // at once, naming the address, in its log, in its 503s and on /metrics.
@@ -22,7 +68,7 @@ func TestAWrongRedisAddressIsNamed(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	s, logs := startServer(t, addr, redisOptions{})
+	s, logs := startServer(t, addr, quick)
 	within(t, "the address logged", func() bool { return strings.Contains(logs.String(), "not hearing redis at "+addr) })
 	for _, rec := range []*httptest.ResponseRecorder{do(s, "GET", "/wait?key=a", ""), do(s, "POST", "/notify?key=a", "x")} {
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)

@@ -99,6 +99,19 @@ func within(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// retried serves a request on s, again while s answers 503, as a client
+// honouring Retry-After would (a subscription made again after a slow
+// ping on a loaded machine refuses polls for a moment, as it should).
+func retried(t *testing.T, s *server, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	var rec *httptest.ResponseRecorder
+	within(t, method+" "+target+" answered other than 503", func() bool {
+		rec = do(s, method, target, body)
+		return rec.Code != http.StatusServiceUnavailable
+	})
+	return rec
+}
+
 // parkOn parks a poll on s, again while s answers 503, and returns it
 // once parked or answered otherwise.
 func parkOn(t *testing.T, s *server, target string) *call {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,11 @@ type redisStore struct {
 
 // redisOptions tune a redisStore; a zero field takes its default.
 type redisOptions struct {
+	// health is how long the subscription may be silent before it is
+	// pinged, and how long the ping may go unanswered before the
+	// subscription is taken for dead, dropped and made again: a server
+	// stops hearing for at most twice this before it knows.
+	health time.Duration
 	// timeout bounds each command.
 	timeout time.Duration
 }
@@ -37,6 +43,7 @@ type redisOptions struct {
 const (
 	redisPrefix         = "longpoll:" // of each key's hash
 	redisChannel        = "longpoll"  // where puts are announced
+	defaultHealth       = 5 * time.Second
 	defaultRedisTimeout = time.Second
 )
 
@@ -46,6 +53,7 @@ const (
 // decides. Nor is a dial, so that while Redis is down a poll or a notify
 // is refused at once rather than after go-redis's five tries.
 func newRedisStore(addr string, o redisOptions) *redisStore {
+	o.health = cmp.Or(o.health, defaultHealth)
 	o.timeout = cmp.Or(o.timeout, defaultRedisTimeout)
 	return &redisStore{addr: addr, id: rand.Text(), opt: o, client: redis.NewClient(&redis.Options{
 		Addr:                     addr,
@@ -111,27 +119,65 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 }
 
 // listen subscribes to the channel on a goroutine of its own, until stop
-// is called. go-redis dials again at the Receive after a failed one and
-// subscribes anew; each confirmation of the subscription, the first one
+// is called. Each confirmation of the subscription, the first one
 // included, is an up: changes made before it may have been missed.
+//
+// A subscription can die without a word: a NAT or a load balancer that
+// drops the flow leaves this side's connection open and silent for ever.
+// So a silence of opt.health is answered with a ping, and a ping not
+// answered within as long with a new subscription on a new connection,
+// the listener told it was lost meanwhile.
 func (r *redisStore) listen(l listener) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ps := r.client.Subscribe(ctx, redisChannel)
+	var mu sync.Mutex // guards ps, which stop closes to end a Receive
+	var ps *redis.PubSub
+	subscribe := func() *redis.PubSub {
+		mu.Lock()
+		defer mu.Unlock()
+		if ps != nil {
+			ps.Close()
+		}
+		if ctx.Err() == nil {
+			ps = r.client.Subscribe(ctx, redisChannel)
+		}
+		return ps
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		p := subscribe()
+		pinged := false
 		for ctx.Err() == nil {
-			msg, err := ps.Receive(ctx)
-			switch m := msg.(type) {
-			case nil:
-				if ctx.Err() == nil {
-					l.lost(r.named(err))
-					sleep(ctx, 100*time.Millisecond) // then Receive dials again
+			msg, err := p.ReceiveTimeout(ctx, r.opt.health)
+			var ne net.Error
+			switch timeout := errors.As(err, &ne) && ne.Timeout(); {
+			case ctx.Err() != nil:
+				return
+			case timeout && !pinged:
+				// Silence: a quiet channel, or a dead connection. Ask.
+				if err = p.Ping(ctx); err == nil {
+					pinged = true
+					continue
 				}
+				fallthrough
+			case err != nil:
+				if errors.As(err, &ne) && ne.Timeout() {
+					err = fmt.Errorf("no answer to a ping within %v", r.opt.health)
+				}
+				l.lost(r.named(err))
+				pinged = false
+				sleep(ctx, 100*time.Millisecond)
+				p = subscribe() // on a new connection, whatever became of the old one
+				continue
+			}
+			pinged = false
+			switch m := msg.(type) {
 			case *redis.Subscription:
 				// Messages wait in the connection while up reads the keys.
-				for err := l.up(ctx); err != nil && ctx.Err() == nil; err = l.up(ctx) {
+				if err := l.up(ctx); err != nil {
+					// Subscribed but unable to read: start again.
 					l.lost(r.named(err))
 					sleep(ctx, 100*time.Millisecond)
+					p = subscribe()
 				}
 			case *redis.Message:
 				if origin, key, e, err := parseChange(m.Payload); err == nil && origin != r.id {
@@ -142,7 +188,11 @@ func (r *redisStore) listen(l listener) (stop func()) {
 	})
 	return func() {
 		cancel()
-		ps.Close() // ends a Receive waiting for a message
+		mu.Lock()
+		if ps != nil {
+			ps.Close() // ends a Receive waiting for a message
+		}
+		mu.Unlock()
 		wg.Wait()
 	}
 }
