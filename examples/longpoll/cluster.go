@@ -71,7 +71,7 @@ func storeFlags() func() store {
 	flag.DurationVar(&o.health, "redis-health", defaultHealth,
 		"with -redis: a subscription silent this long is pinged, and dropped and made again if the ping is not answered as long")
 	flag.DurationVar(&o.timeout, "redis-timeout", defaultRedisTimeout,
-		"with -redis: how long a command may take")
+		"with -redis: how long a command may take; a notify not stored by then never is")
 	return func() store {
 		if *addr == "" {
 			return new(memStore)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -59,6 +62,42 @@ func TestClusterHearsAgainAfterAHalfOpenSubscription(t *testing.T) {
 	log := logs.String()
 	assert.GreaterOrEqual(t, strings.Count(log, "not hearing redis at "+p.addr), 2, log)
 	assert.GreaterOrEqual(t, strings.Count(log, "longpoll: hearing redis at "+p.addr+" again"), 2, log)
+}
+
+// Issue 42, 2: a notify answered 503 because its connection stalled is
+// not applied when the stall ends and Redis receives it, after newer
+// notifies made through another server: Redis refuses it (its deadline
+// has passed on Redis's clock), and every poll sees the newest value.
+func TestClusterNeverAppliesANotifyItRefused(t *testing.T) {
+	r := startRedis(t)
+	p := startProxy(t, r.addr)
+	a, _ := startServer(t, p.addr, quick)
+	b, _ := startServer(t, r.addr, quick)
+	within(t, "both subscribed", func() bool { return a.listen.Load() && b.listen.Load() })
+	// Loads the script, so that what the stall holds is the script's call.
+	notified(t, retried(t, a, "POST", "/notify?key=k", "first"))
+	rc := redis.NewClient(&redis.Options{Addr: r.addr})
+	defer rc.Close()
+
+	p.stall()
+	rec := do(a, "POST", "/notify?key=k", "OLD")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	notified(t, retried(t, b, "POST", "/notify?key=k", "MID"))
+	vNew, _ := notified(t, retried(t, b, "POST", "/notify?key=k", "NEW"))
+	p.resume()
+
+	within(t, "Redis refused the late notify", func() bool {
+		info, err := rc.Info(context.Background(), "errorstats").Result()
+		return err == nil && strings.Contains(info, "errorstat_LATE:count=1")
+	})
+	got, err := rc.HGetAll(context.Background(), redisPrefix+"k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"version": fmt.Sprint(vNew), "value": "NEW"}, got)
+	for _, s := range []*server{a, b} {
+		rec := retried(t, s, "GET", "/wait?key=k&after=0", "")
+		assert.JSONEq(t, answerJSON("k", vNew, "NEW"), rec.Body.String())
+	}
 }
 
 // Issue 42, 7: a server given an address where no Redis answers says so

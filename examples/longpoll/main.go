@@ -202,6 +202,7 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// one that waited for a lock its caller holds would never return.
 	e, err := s.store.put(r.Context(), key, value)
 	if err != nil {
+		// Not stored, now or later (store.put): retrying is safe.
 		s.unavailable(w)
 		return
 	}

@@ -11,6 +11,9 @@ import (
 // proxy forwards loopback TCP connections to a target, as the network
 // between a server and its Redis does, and fails as a network can:
 //
+//   - stall: every link, old and new, stops forwarding and closes nothing;
+//     what is sent meanwhile is held, and delivered on resume, even where
+//     its sender has hung up since (a packet in flight does not know).
 //   - cut: the target's side of every link is closed, and the client's left
 //     open and silent, what it sends thrown away (a NAT or a load balancer
 //     that forgot the flow).
@@ -21,9 +24,12 @@ type proxy struct {
 	ln     net.Listener
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	refuse bool
-	links  map[*link]struct{}
+	mu      sync.Mutex
+	flowing *sync.Cond // signalled when stalled or closed changes
+	stalled bool
+	refuse  bool
+	closed  bool
+	links   map[*link]struct{}
 }
 
 // link is one connection through the proxy.
@@ -36,6 +42,7 @@ func startProxy(t *testing.T, target string) *proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &proxy{addr: ln.Addr().String(), target: target, ln: ln, links: make(map[*link]struct{})}
+	p.flowing = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
@@ -68,13 +75,17 @@ func (p *proxy) accept() {
 	}
 }
 
-// pump copies src to dst. At src's end it half-closes dst, unless the link was cut: a cut
+// pump copies src to dst, holding each read while the proxy is stalled.
+// At src's end it half-closes dst, unless the link was cut: a cut
 // client's connection stays open and silent.
 func (p *proxy) pump(l *link, src, dst net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		p.mu.Lock()
+		for p.stalled && !p.closed {
+			p.flowing.Wait()
+		}
 		cut := l.cut
 		p.mu.Unlock()
 		if n > 0 && !(up && cut) {
@@ -99,6 +110,21 @@ type discard struct{ net.Conn }
 
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 
+// stall stops every link, old and new, from forwarding, until resume.
+func (p *proxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+}
+
+// resume forwards again, what was held first.
+func (p *proxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = false
+	p.flowing.Broadcast()
+}
+
 // setRefuse sets whether new connections are closed as soon as accepted.
 func (p *proxy) setRefuse(refuse bool) {
 	p.mu.Lock()
@@ -119,6 +145,8 @@ func (p *proxy) cut() {
 func (p *proxy) close() {
 	p.ln.Close()
 	p.mu.Lock()
+	p.closed = true
+	p.flowing.Broadcast()
 	for l := range p.links {
 		l.client.Close()
 		l.server.Close()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,7 @@ type redisStore struct {
 	addr   string
 	id     string // in each change it announces, so that its own listen skips them
 	opt    redisOptions
+	clock  atomic.Pointer[clockSample] // Redis's clock, last read
 }
 
 // redisOptions tune a redisStore; a zero field takes its default.
@@ -36,7 +38,7 @@ type redisOptions struct {
 	// subscription is taken for dead, dropped and made again: a server
 	// stops hearing for at most twice this before it knows.
 	health time.Duration
-	// timeout bounds each command.
+	// timeout bounds each command; a notify not stored by then never is.
 	timeout time.Duration
 }
 
@@ -46,6 +48,10 @@ const (
 	defaultHealth       = 5 * time.Second
 	defaultRedisTimeout = time.Second
 )
+
+// errLate is the putScript's refusal of a put that reached Redis after its
+// deadline.
+var errLate = errors.New("longpoll: the notify reached Redis after its deadline and was not stored")
 
 // newRedisStore returns a store on the Redis server at addr. A command
 // that fails is not retried: a put whose reply was lost may have been
@@ -62,6 +68,7 @@ func newRedisStore(addr string, o redisOptions) *redisStore {
 		DialTimeout:              o.timeout,
 		ReadTimeout:              o.timeout,
 		WriteTimeout:             o.timeout,
+		ContextTimeoutEnabled:    true, // put's deadline is its context's
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})}
@@ -72,11 +79,17 @@ func (r *redisStore) String() string { return "redis at " + r.addr }
 // named says which Redis an error came from.
 func (r *redisStore) named(err error) error { return fmt.Errorf("%v: %w", r, err) }
 
-// putScript bumps the version, stores the value and announces both. The
+// putScript bumps the version, stores the value and announces both,
+// unless Redis's clock is past the put's deadline (ARGV[5], in
+// microseconds): a put that waited in a stalled connection until after its
+// server answered 503 is refused, not applied over newer values. The
 // message is
 // "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes tells where
 // the value starts, so neither needs escaping.
 var putScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+if now > tonumber(ARGV[5]) then return redis.error_reply('LATE past its deadline') end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], 'value', ARGV[2])
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. v .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2])
@@ -85,12 +98,64 @@ return v
 
 // put's server checks its own polls when put returns (server.notify),
 // so the change is announced to the others only: its own listen skips it.
+//
+// A put that fails may still be on its way: written to a connection that
+// stalled rather than closed, it would reach Redis when the connection
+// moves again. So it carries a deadline in Redis's clock, and unless it
+// never left (a failed dial), put returns its error only once that
+// deadline has passed on this side: by then, wherever it is, Redis will
+// refuse it.
 func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error) {
-	v, err := putScript.Run(ctx, r.client, []string{redisPrefix + key}, key, value, redisChannel, r.id).Uint64()
+	start := time.Now()
+	c, err := r.readClock(ctx)
 	if err != nil {
 		return nil, r.named(err)
 	}
-	return &entry{Version: v, Value: value}, nil
+	deadline := c.at(start.Add(r.opt.timeout))
+	cctx, cancel := context.WithDeadline(ctx, start.Add(r.opt.timeout))
+	defer cancel()
+	v, err := putScript.Run(cctx, r.client, []string{redisPrefix + key}, key, value, redisChannel, r.id,
+		deadline).Uint64()
+	var dial *net.OpError
+	switch {
+	case err == nil:
+		return &entry{Version: v, Value: value}, nil
+	case strings.HasPrefix(err.Error(), "LATE"):
+		return nil, r.named(errLate)
+	case errors.As(err, &dial) && dial.Op == "dial":
+	default:
+		// c.at is below Redis's clock (clockSample), so once this side's
+		// clock has passed the deadline, Redis's has too.
+		sleep(ctx, time.Until(start.Add(r.opt.timeout)))
+	}
+	return nil, r.named(err)
+}
+
+// clockSample is Redis's clock as read once: a TIME answer, and when it
+// arrived here. Redis answered between the request and the arrival, so
+// at any later moment t Redis's clock reads at least micros plus the time
+// since local (clocks drifting apart by parts per million aside).
+type clockSample struct {
+	micros int64
+	local  time.Time // with its monotonic reading
+}
+
+// at returns Redis's clock at the local time t, at least.
+func (c *clockSample) at(t time.Time) int64 { return c.micros + t.Sub(c.local).Microseconds() }
+
+// readClock returns Redis's clock as last read, and reads it if it was
+// read more than a minute ago: drift is then negligible.
+func (r *redisStore) readClock(ctx context.Context) (*clockSample, error) {
+	if c := r.clock.Load(); c != nil && time.Since(c.local) < time.Minute {
+		return c, nil
+	}
+	t, err := r.client.Time(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	c := &clockSample{micros: t.UnixMicro(), local: time.Now()}
+	r.clock.Store(c)
+	return c, nil
 }
 
 func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) {
@@ -118,6 +183,26 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 	return es, nil
 }
 
+// checkClock reads Redis's clock, for put's deadlines.
+func (r *redisStore) checkClock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opt.timeout)
+	defer cancel()
+	t, err := r.client.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	r.clock.Store(&clockSample{micros: t.UnixMicro(), local: time.Now()})
+	return nil
+}
+
+// up reads Redis's clock, then tells l that it is up.
+func (r *redisStore) up(ctx context.Context, l listener) error {
+	if err := r.checkClock(ctx); err != nil {
+		return err
+	}
+	return l.up(ctx)
+}
+
 // listen subscribes to the channel on a goroutine of its own, until stop
 // is called. Each confirmation of the subscription, the first one
 // included, is an up: changes made before it may have been missed.
@@ -126,7 +211,8 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 // drops the flow leaves this side's connection open and silent for ever.
 // So a silence of opt.health is answered with a ping, and a ping not
 // answered within as long with a new subscription on a new connection,
-// the listener told it was lost meanwhile.
+// the listener told it was lost meanwhile. Redis's clock is read at each
+// subscription, and again each opt.health while hearing.
 func (r *redisStore) listen(l listener) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex // guards ps, which stop closes to end a Receive
@@ -145,8 +231,14 @@ func (r *redisStore) listen(l listener) (stop func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		p := subscribe()
-		pinged := false
+		pinged, hearing := false, false
+		checked := time.Now()
 		for ctx.Err() == nil {
+			if hearing && time.Since(checked) >= r.opt.health {
+				checked = time.Now()
+				_ = r.checkClock(ctx) // failing, put reads it itself
+
+			}
 			msg, err := p.ReceiveTimeout(ctx, r.opt.health)
 			var ne net.Error
 			switch timeout := errors.As(err, &ne) && ne.Timeout(); {
@@ -164,7 +256,7 @@ func (r *redisStore) listen(l listener) (stop func()) {
 					err = fmt.Errorf("no answer to a ping within %v", r.opt.health)
 				}
 				l.lost(r.named(err))
-				pinged = false
+				pinged, hearing = false, false
 				sleep(ctx, 100*time.Millisecond)
 				p = subscribe() // on a new connection, whatever became of the old one
 				continue
@@ -173,12 +265,15 @@ func (r *redisStore) listen(l listener) (stop func()) {
 			switch m := msg.(type) {
 			case *redis.Subscription:
 				// Messages wait in the connection while up reads the keys.
-				if err := l.up(ctx); err != nil {
+				if err := r.up(ctx, l); err != nil {
 					// Subscribed but unable to read: start again.
 					l.lost(r.named(err))
+					hearing = false
 					sleep(ctx, 100*time.Millisecond)
 					p = subscribe()
+					continue
 				}
+				hearing, checked = true, time.Now()
 			case *redis.Message:
 				if origin, key, e, err := parseChange(m.Payload); err == nil && origin != r.id {
 					l.changed(key, e)

@@ -48,7 +48,8 @@ func (e *entry) answer(key string) any {
 // nothing else changes (README, "More than one server").
 type store interface {
 	// put stores value as key's next version, atomically, announces the
-	// change to every server's listener, and returns the new entry.
+	// change to every server's listener, and returns the new entry. If it
+	// returns an error, the value is not stored, now or later.
 	put(ctx context.Context, key, value string) (*entry, error)
 	// get returns the newest entry of each key, noEntry for one never put.
 	get(ctx context.Context, keys ...string) ([]*entry, error)
