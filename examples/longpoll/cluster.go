@@ -14,18 +14,34 @@ func (s *server) changed(key string, e *entry) { s.heard(key, e) }
 // up reads the entry of every key that polls hold, which may have changed
 // while nothing was heard, before new polls may park again: a poll whose
 // key moved on meanwhile is answered now rather than at its timeout.
-func (s *server) up(ctx context.Context) error {
+//
+// If the store lost its data, a key it holds nothing for any more is
+// forgotten too: its record goes back to no value, so that a new poll is
+// not answered with a value the store no longer has, and the polls held
+// on it wait for its next notify, whose version is above every earlier
+// one (redis.go). reading keeps handlers' reads of the store, which may
+// predate the loss, from landing in the records meanwhile.
+func (s *server) up(ctx context.Context, lostData bool) error {
+	s.reading.Lock()
+	defer s.reading.Unlock()
 	held := s.keys.held()
 	names := make([]string, len(held))
+	before := make([]*entry, len(held))
 	for i, k := range held {
-		names[i] = k.name
+		names[i], before[i] = k.name, k.newest.Load()
 	}
 	es, err := s.store.get(ctx, names...)
 	if err != nil {
 		return err
 	}
 	for i, k := range held {
+		if lostData && es[i].Version == 0 {
+			k.newest.CompareAndSwap(before[i], noEntry)
+		}
 		s.advance(k, es[i])
+	}
+	if lostData {
+		s.log.Printf("longpoll: %v lost its data: read again the %d keys polls wait on", s.store, len(held))
 	}
 	s.listen.Store(true)
 	if s.state == -1 {

@@ -100,6 +100,67 @@ func TestClusterNeverAppliesANotifyItRefused(t *testing.T) {
 	}
 }
 
+// Issue 42, 3: Redis restarted without its data. Every server notices (the
+// epoch key is gone), and a version never names two values: the key's
+// next notify gets a version above every earlier one, so the polls held
+// past the old versions are answered with it, and every server answers
+// after=0 with it; a key Redis no longer holds is not answered with the
+// value it lost, and its held poll waits for its next notify.
+func TestClusterDetectsARedisThatLostItsData(t *testing.T) {
+	r := startRedisKeeping(t, false)
+	var ss []*server
+	var logs []*logs
+	for range 3 {
+		s, l := startServer(t, r.addr, quick)
+		ss, logs = append(ss, s), append(logs, l)
+	}
+	within(t, "all subscribed", func() bool { return parkedOrListening(ss) })
+	var v5 uint64
+	for i := range 5 {
+		v5, _ = notified(t, retried(t, ss[i%3], "POST", "/notify?key=k", fmt.Sprint("old ", i)))
+	}
+	vg, _ := notified(t, retried(t, ss[0], "POST", "/notify?key=g", "gone"))
+	var held []*call
+	for _, s := range ss {
+		held = append(held, parkOn(t, s, fmt.Sprintf("/wait?key=k&after=%d&timeout=1m", v5)))
+	}
+	onG := parkOn(t, ss[1], fmt.Sprintf("/wait?key=g&after=%d&timeout=1m", vg))
+
+	r.stop()
+	r.start(t)
+	for i, l := range logs {
+		within(t, fmt.Sprint("server ", i, " noticed"), func() bool { return strings.Contains(l.String(), "lost its data") })
+	}
+	vNew, _ := notified(t, retried(t, ss[0], "POST", "/notify?key=k", "new"))
+	assert.Greater(t, vNew, v5, "a version after the loss is above every one before it")
+	for i, c := range held {
+		within(t, fmt.Sprint("the poll held on server ", i), c.finished)
+		assert.Equal(t, http.StatusOK, c.rec.Code)
+		assert.JSONEq(t, answerJSON("k", vNew, "new"), c.rec.Body.String(), "server %d", i)
+	}
+	for i, s := range ss {
+		rec := retried(t, s, "GET", "/wait?key=k&after=0", "")
+		assert.JSONEq(t, answerJSON("k", vNew, "new"), rec.Body.String(), "server %d", i)
+	}
+
+	rec := retried(t, ss[1], "GET", "/wait?key=g&after=0&timeout=0s", "")
+	assert.Equal(t, http.StatusNoContent, rec.Code, "not the lost value: %s", rec.Body)
+	assert.False(t, onG.finished())
+	vBack, _ := notified(t, retried(t, ss[2], "POST", "/notify?key=g", "back"))
+	assert.Greater(t, vBack, vg)
+	within(t, "the poll held on the lost key", onG.finished)
+	assert.JSONEq(t, answerJSON("g", vBack, "back"), onG.rec.Body.String())
+}
+
+func parkedOrListening(ss []*server) bool {
+	for _, s := range ss {
+		if !s.listen.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // Issue 42, 7: a server given an address where no Redis answers says so
 // at once, naming the address, in its log, in its 503s and on /metrics.
 func TestAWrongRedisAddressIsNamed(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 // server knows for it. Polls read it in TryComplete without a lock.
 type watchedKey struct {
 	name   string
-	newest atomic.Pointer[entry] // never nil; its Version only rises
+	newest atomic.Pointer[entry] // never nil; its Version only rises, but for up after the store lost its data
 	filled atomic.Bool           // newest has been read from the store since the listener was last up
 	polls  int                   // polls holding it; guarded by keys.mu
 }
@@ -102,8 +102,12 @@ func (s *server) advance(k *watchedKey, e *entry) {
 
 // fill reads k's entry from the store, for the first poll on a key; a
 // poll that held the key meanwhile and parked on an older one is checked
-// again.
+// again. It holds reading so that an up told that the store lost its data
+// does not run between the read and the record: the record would then
+// keep a value the store no longer has.
 func (s *server) fill(ctx context.Context, k *watchedKey) bool {
+	s.reading.RLock()
+	defer s.reading.RUnlock()
 	es, err := s.store.get(ctx, k.name)
 	if err != nil {
 		return false

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,13 +47,18 @@ import (
 // answer, and never blocks.
 type poll struct {
 	operation.Base
-	key   *watchedKey
-	after uint64
-	done  chan struct{} // closed by OnComplete; Cause then says why
+	key    *watchedKey
+	after  uint64
+	answer atomic.Pointer[entry] // the entry TryComplete found past after
+	done   chan struct{}         // closed by OnComplete; Cause then says why
 }
 
+// TryComplete keeps the entry it completes the poll with: the key's newest
+// may change again before the handler writes the answer, and after a Redis
+// that lost its data, to one that is not past after.
 func (p *poll) TryComplete() bool {
-	if p.key.newest.Load().Version > p.after {
+	if e := p.key.newest.Load(); e.Version > p.after {
+		p.answer.Store(e)
 		return p.ForceComplete()
 	}
 	return false
@@ -62,16 +68,17 @@ func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {
-	store  store       // where keys' entries live, and how their changes are heard
-	keys   keys        // the keys parked polls wait on
-	listen atomic.Bool // the store's announcements are heard: new polls may park
-	state  int8        // 1 after an up, -1 after a lost, 0 before either; the listener's calls only
-	stop   func()      // stops listening to the store
-	polls  *purgatory.Purgatory[string, *poll]
-	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
-	body   time.Duration    // how long a request body may take to arrive
-	log    *log.Logger
-	mux    http.ServeMux
+	store   store        // where keys' entries live, and how their changes are heard
+	keys    keys         // the keys parked polls wait on
+	listen  atomic.Bool  // the store's announcements are heard: new polls may park
+	state   int8         // 1 after an up, -1 after a lost, 0 before either; the listener's calls only
+	reading sync.RWMutex // read-held by a handler reading the store into a key's record; held by up
+	stop    func()       // stops listening to the store
+	polls   *purgatory.Purgatory[string, *poll]
+	times   *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
+	body    time.Duration    // how long a request body may take to arrive
+	log     *log.Logger
+	mux     http.ServeMux
 }
 
 // config is what main's flags set.
@@ -172,8 +179,7 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	}
 	switch cause := p.Cause(); {
 	case cause == nil:
-		// Versions only rise, so the newest entry is past after too.
-		writeJSON(w, k.newest.Load().answer(key))
+		writeJSON(w, p.answer.Load().answer(key))
 	case errors.Is(cause, operation.ErrExpired):
 		w.WriteHeader(http.StatusNoContent)
 	default: // purgatory.ErrShutdown
@@ -200,7 +206,9 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// let a poll parked in between wait for the next notify or its timeout.
 	// No lock of ours is held across the check: it runs TryCompletes, and
 	// one that waited for a lock its caller holds would never return.
+	s.reading.RLock()
 	e, err := s.store.put(r.Context(), key, value)
+	s.reading.RUnlock()
 	if err != nil {
 		// Not stored, now or later (store.put): retrying is safe.
 		s.unavailable(w)

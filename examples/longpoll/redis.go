@@ -29,6 +29,10 @@ type redisStore struct {
 	id     string // in each change it announces, so that its own listen skips them
 	opt    redisOptions
 	clock  atomic.Pointer[clockSample] // Redis's clock, last read
+
+	// The listener's goroutine's only:
+	epoch    string // the epoch key's value when last read
+	lostData bool   // the epoch changed, and no up has yet been told so
 }
 
 // redisOptions tune a redisStore; a zero field takes its default.
@@ -43,8 +47,9 @@ type redisOptions struct {
 }
 
 const (
-	redisPrefix         = "longpoll:" // of each key's hash
-	redisChannel        = "longpoll"  // where puts are announced
+	redisPrefix         = "longpoll:"       // of each key's hash
+	redisChannel        = "longpoll"        // where puts are announced
+	redisEpoch          = "longpoll:-epoch" // a random value set once: gone or changed, the data was lost
 	defaultHealth       = 5 * time.Second
 	defaultRedisTimeout = time.Second
 )
@@ -79,19 +84,23 @@ func (r *redisStore) String() string { return "redis at " + r.addr }
 // named says which Redis an error came from.
 func (r *redisStore) named(err error) error { return fmt.Errorf("%v: %w", r, err) }
 
-// putScript bumps the version, stores the value and announces both,
+// putScript stores the value as the key's next version and announces it,
 // unless Redis's clock is past the put's deadline (ARGV[5], in
 // microseconds): a put that waited in a stalled connection until after its
-// server answered 503 is refused, not applied over newer values. The
-// message is
+// server answered 503 is refused, not applied over newer values. A key's
+// first version is Redis's clock in microseconds, and each put adds one:
+// a key lost (a Redis restarted without its data) starts again above
+// every version it had, since no key takes more than one put a
+// microsecond. The message is
 // "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes tells where
 // the value starts, so neither needs escaping.
 var putScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 if now > tonumber(ARGV[5]) then return redis.error_reply('LATE past its deadline') end
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'value', ARGV[2])
+local v = tonumber(redis.call('HGET', KEYS[1], 'version'))
+v = string.format('%.0f', v and v + 1 or now)
+redis.call('HSET', KEYS[1], 'version', v, 'value', ARGV[2])
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. v .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2])
 return v
 `)
@@ -183,24 +192,52 @@ func (r *redisStore) get(ctx context.Context, keys ...string) ([]*entry, error) 
 	return es, nil
 }
 
-// checkClock reads Redis's clock, for put's deadlines.
-func (r *redisStore) checkClock(ctx context.Context) error {
+// epochScript sets the epoch key if it is missing and returns it, with
+// Redis's clock.
+var epochScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+local t = redis.call('TIME')
+return {redis.call('GET', KEYS[1]), t[1], t[2]}
+`)
+
+// checkEpoch reads the epoch key, setting it if it is missing, and
+// Redis's clock. An epoch that changed since it last looked means that
+// Redis lost its data (restarted without persistence, flushed, or evicted
+// the key) and what a server kept from before is not what Redis holds:
+// lostData is set until an up has been told.
+func (r *redisStore) checkEpoch(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opt.timeout)
 	defer cancel()
-	t, err := r.client.Time(ctx).Result()
+	vals, err := epochScript.Run(ctx, r.client, []string{redisEpoch}, rand.Text()).Slice()
 	if err != nil {
 		return err
 	}
-	r.clock.Store(&clockSample{micros: t.UnixMicro(), local: time.Now()})
+	epoch, _ := vals[0].(string)
+	sec, _ := vals[1].(string)
+	usec, _ := vals[2].(string)
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(usec, 10, 64)
+	if epoch == "" || err1 != nil || err2 != nil {
+		return fmt.Errorf("longpoll: malformed epoch reply %q", vals)
+	}
+	r.clock.Store(&clockSample{micros: s*1_000_000 + us, local: time.Now()})
+	if r.epoch != "" && r.epoch != epoch {
+		r.lostData = true
+	}
+	r.epoch = epoch
 	return nil
 }
 
-// up reads Redis's clock, then tells l that it is up.
+// up checks the epoch, then tells l that it is up.
 func (r *redisStore) up(ctx context.Context, l listener) error {
-	if err := r.checkClock(ctx); err != nil {
+	if err := r.checkEpoch(ctx); err != nil {
 		return err
 	}
-	return l.up(ctx)
+	if err := l.up(ctx, r.lostData); err != nil {
+		return err
+	}
+	r.lostData = false
+	return nil
 }
 
 // listen subscribes to the channel on a goroutine of its own, until stop
@@ -211,7 +248,7 @@ func (r *redisStore) up(ctx context.Context, l listener) error {
 // drops the flow leaves this side's connection open and silent for ever.
 // So a silence of opt.health is answered with a ping, and a ping not
 // answered within as long with a new subscription on a new connection,
-// the listener told it was lost meanwhile. Redis's clock is read at each
+// the listener told it was lost meanwhile. The epoch is checked at each
 // subscription, and again each opt.health while hearing.
 func (r *redisStore) listen(l listener) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,8 +273,9 @@ func (r *redisStore) listen(l listener) (stop func()) {
 		for ctx.Err() == nil {
 			if hearing && time.Since(checked) >= r.opt.health {
 				checked = time.Now()
-				_ = r.checkClock(ctx) // failing, put reads it itself
-
+				if r.checkEpoch(ctx) == nil && r.lostData {
+					_ = r.up(ctx, l) // failing, it is tried again at the next check
+				}
 			}
 			msg, err := p.ReceiveTimeout(ctx, r.opt.health)
 			var ne net.Error

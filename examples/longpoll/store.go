@@ -7,8 +7,10 @@ import (
 	"unicode/utf8"
 )
 
-// entry is a key's value and its version, which starts at 0 (no value yet)
-// and rises by one with each notify.
+// entry is a key's value and its version: 0 for no value, and from the
+// first notify on, a number that rises with each notify and never names
+// two values of the key (memStore counts from 1; redisStore starts each
+// key at Redis's clock, redis.go).
 type entry struct {
 	Version uint64
 	Value   string
@@ -67,8 +69,10 @@ type listener interface {
 	// up is told that every change from now on will be announced, and
 	// that changes made before it may have been missed: it reads what
 	// it needs with get, and returns an error if it could not. It is
-	// told again until it succeeds.
-	up(ctx context.Context) error
+	// told again until it succeeds. lostData says that the store lost
+	// its entries since the last up: what the listener kept is no longer
+	// what the store holds, even where the store now holds nothing.
+	up(ctx context.Context, lostData bool) error
 	// lost is told that changes may be missed from now until the next
 	// successful up.
 	lost(err error)
@@ -108,6 +112,6 @@ func (s *memStore) get(_ context.Context, keys ...string) ([]*entry, error) {
 
 // listen says up once: in one process, nothing is ever missed.
 func (s *memStore) listen(l listener) (stop func()) {
-	_ = l.up(context.Background())
+	_ = l.up(context.Background(), false)
 	return func() {}
 }
