@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -83,6 +84,7 @@ func (s *server) storeUp() prometheus.Collector {
 // on a Redis that other servers share.
 func storeFlags() func() store {
 	addr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
+	ttl := flag.Duration("ttl", 24*time.Hour, "a key with no notify for this long is forgotten (0: never)")
 	var o redisOptions
 	flag.DurationVar(&o.health, "redis-health", defaultHealth,
 		"with -redis: a subscription silent this long is pinged, and dropped and made again if the ping is not answered as long")
@@ -90,8 +92,9 @@ func storeFlags() func() store {
 		"with -redis: how long a command may take; a notify not stored by then never is")
 	return func() store {
 		if *addr == "" {
-			return new(memStore)
+			return &memStore{ttl: *ttl}
 		}
+		o.ttl = *ttl
 		return newRedisStore(*addr, o)
 	}
 }

@@ -3,21 +3,24 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // The tests of this file hold the server to its limits on what a client
-// may send (issue 42: 4, 5, 6 and 8).
+// may send and what it keeps (issue 42: 4, 5, 6 and 8).
 
 // Issue 42, 4: a body that trickles in is cut at the body deadline, over
 // HTTP/1.1 and HTTP/2: a notify is answered 408, and a request whose
@@ -131,4 +134,55 @@ func TestBinaryKeysAndValuesRoundTrip(t *testing.T) {
 		check(t, held.rec, v)
 		check(t, do(ss[0], "GET", "/wait?key=%FF%FE", ""), v)
 	})
+}
+
+// Issue 42, 8: in memory, a key with no notify for the TTL is forgotten,
+// and the map is made again smaller once it has shrunk by half; a key put
+// again starts above every version it had.
+func TestMemoryStoreForgetsIdleKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		m := &memStore{ttl: time.Minute}
+		first, err := m.put(ctx, "k0", "x")
+		require.NoError(t, err)
+		for i := 1; i < 20_000; i++ {
+			_, _ = m.put(ctx, fmt.Sprint("k", i), "x")
+		}
+		require.Len(t, m.keys, 20_000)
+
+		time.Sleep(45 * time.Second)
+		kept, _ := m.put(ctx, "kept", "y")
+		time.Sleep(45 * time.Second)
+		es, _ := m.get(ctx, "k0", "kept")
+		assert.Equal(t, []*entry{noEntry, kept}, es, "k0 idle for 90s is gone; kept, put 45s ago, is not")
+		_, _ = m.put(ctx, "other", "z")
+		assert.Len(t, m.keys, 2)
+		assert.Equal(t, 2, m.peak, "the map was made again at its new size")
+		again, _ := m.put(ctx, "k0", "x")
+		assert.Greater(t, again.Version, first.Version)
+	})
+}
+
+// Issue 42, 8: in Redis, each notify sets its key's TTL; a key that
+// expired starts again above every version it had.
+func TestRedisKeysExpire(t *testing.T) {
+	r := startRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.addr})
+	defer rc.Close()
+	ctx := context.Background()
+
+	day, _ := startServer(t, r.addr, redisOptions{ttl: 24 * time.Hour})
+	within(t, "subscribed", day.listen.Load)
+	notified(t, retried(t, day, "POST", "/notify?key=kept", "x"))
+	ttl, err := rc.PTTL(ctx, redisPrefix+"kept").Result()
+	require.NoError(t, err)
+	assert.True(t, ttl > 23*time.Hour && ttl <= 24*time.Hour, "TTL %v", ttl)
+
+	brief, _ := startServer(t, r.addr, redisOptions{ttl: 100 * time.Millisecond})
+	within(t, "subscribed", brief.listen.Load)
+	v1, _ := notified(t, retried(t, brief, "POST", "/notify?key=brief", "x"))
+	within(t, "the key expired", func() bool { n, err := rc.Exists(ctx, redisPrefix+"brief").Result(); return err == nil && n == 0 })
+	assert.Equal(t, http.StatusNoContent, do(day, "GET", "/wait?key=brief&timeout=0s", "").Code)
+	v2, _ := notified(t, retried(t, brief, "POST", "/notify?key=brief", "y"))
+	assert.Greater(t, v2, v1)
 }

@@ -44,6 +44,8 @@ type redisOptions struct {
 	health time.Duration
 	// timeout bounds each command; a notify not stored by then never is.
 	timeout time.Duration
+	// ttl is how long a key is kept after its last notify; zero keeps it.
+	ttl time.Duration
 }
 
 const (
@@ -89,9 +91,9 @@ func (r *redisStore) named(err error) error { return fmt.Errorf("%v: %w", r, err
 // microseconds): a put that waited in a stalled connection until after its
 // server answered 503 is refused, not applied over newer values. A key's
 // first version is Redis's clock in microseconds, and each put adds one:
-// a key lost (a Redis restarted without its data) starts again above
-// every version it had, since no key takes more than one put a
-// microsecond. The message is
+// a key forgotten (its TTL, ARGV[6] milliseconds) or lost (a Redis
+// restarted without its data) starts again above every version it had,
+// since no key takes more than one put a microsecond. The message is
 // "ORIGIN VERSION KEYLEN KEYVALUE": the key's length in bytes tells where
 // the value starts, so neither needs escaping.
 var putScript = redis.NewScript(`
@@ -101,6 +103,7 @@ if now > tonumber(ARGV[5]) then return redis.error_reply('LATE past its deadline
 local v = tonumber(redis.call('HGET', KEYS[1], 'version'))
 v = string.format('%.0f', v and v + 1 or now)
 redis.call('HSET', KEYS[1], 'version', v, 'value', ARGV[2])
+if ARGV[6] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. v .. ' ' .. #ARGV[1] .. ' ' .. ARGV[1] .. ARGV[2])
 return v
 `)
@@ -124,7 +127,7 @@ func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error)
 	cctx, cancel := context.WithDeadline(ctx, start.Add(r.opt.timeout))
 	defer cancel()
 	v, err := putScript.Run(cctx, r.client, []string{redisPrefix + key}, key, value, redisChannel, r.id,
-		deadline).Uint64()
+		deadline, r.opt.ttl.Milliseconds()).Uint64()
 	var dial *net.OpError
 	switch {
 	case err == nil:
