@@ -137,8 +137,9 @@ func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error)
 	case errors.As(err, &dial) && dial.Op == "dial":
 	default:
 		// c.at is below Redis's clock (clockSample), so once this side's
-		// clock has passed the deadline, Redis's has too.
-		sleep(ctx, time.Until(start.Add(r.opt.timeout)))
+		// clock has passed the deadline, Redis's has too, give or take how
+		// far the two clocks drifted apart since c was read: slack.
+		sleep(ctx, time.Until(start.Add(r.opt.timeout+c.slack(start))))
 	}
 	return nil, r.named(err)
 }
@@ -146,7 +147,7 @@ func (r *redisStore) put(ctx context.Context, key, value string) (*entry, error)
 // clockSample is Redis's clock as read once: a TIME answer, and when it
 // arrived here. Redis answered between the request and the arrival, so
 // at any later moment t Redis's clock reads at least micros plus the time
-// since local (clocks drifting apart by parts per million aside).
+// since local, but for the two clocks' drift apart.
 type clockSample struct {
 	micros int64
 	local  time.Time // with its monotonic reading
@@ -154,6 +155,14 @@ type clockSample struct {
 
 // at returns Redis's clock at the local time t, at least.
 func (c *clockSample) at(t time.Time) int64 { return c.micros + t.Sub(c.local).Microseconds() }
+
+// slack bounds how far Redis's clock can have fallen behind at(t) by t: a
+// millisecond, and a thousandth of the time since c was read, ten times
+// the drift between two quartz clocks that no one corrects (100 ppm).
+// Samples are at most a minute old (readClock), so it is at most 61ms.
+func (c *clockSample) slack(t time.Time) time.Duration {
+	return time.Millisecond + t.Sub(c.local)/1000
+}
 
 // readClock returns Redis's clock as last read, and reads it if it was
 // read more than a minute ago: drift is then negligible.
