@@ -73,6 +73,7 @@ func newRedisStore(addr string, o redisOptions) *redisStore {
 		MaxRetries:               -1,
 		DialerRetries:            1,
 		DialTimeout:              o.timeout,
+		ConnMaxIdleTime:          o.health, // see listen
 		ReadTimeout:              o.timeout,
 		WriteTimeout:             o.timeout,
 		ContextTimeoutEnabled:    true, // put's deadline is its context's
@@ -260,8 +261,13 @@ func (r *redisStore) up(ctx context.Context, l listener) error {
 // drops the flow leaves this side's connection open and silent for ever.
 // So a silence of opt.health is answered with a ping, and a ping not
 // answered within as long with a new subscription on a new connection,
-// the listener told it was lost meanwhile. The epoch is checked at each
-// subscription, and again each opt.health while hearing.
+// the listener told it was lost meanwhile. What kills the subscription's
+// connection has likely killed the client's idle ones too, and each would
+// cost a command its timeout to find out; but none of them has been used
+// for opt.health by then (nothing came through since a whole period before
+// the ping was answered by silence), so the pool, whose ConnMaxIdleTime is
+// opt.health, dials anew rather than reuse them. The epoch is checked at
+// each subscription, and again each opt.health while hearing.
 func (r *redisStore) listen(l listener) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex // guards ps, which stop closes to end a Receive
