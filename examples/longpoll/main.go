@@ -7,7 +7,8 @@
 //	POST /notify?key=K                  stores the body as K's value: 200 {"version","woken"}
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
-// Alone, it keeps keys in memory; with -redis, it is one of several servers
+// A key or value that is not UTF-8 is answered in base64, as key_base64 or
+// value_base64. Alone, it keeps keys in memory; with -redis, it is one of several servers
 // sharing them through Redis (store.go, redis.go, cluster.go). request.go
 // holds the limits on what a client may send. bench_test.go compares it
 // with the usual Go long poll: a channel per key and a time.After per
