@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean lincheck
+.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll redis tidy-check clean lincheck
 
 all: lint build test
 
@@ -120,13 +120,26 @@ broker: deps
 # until Ctrl-C, built and exec'd as broker is. It exits 0 once it has
 # answered every parked poll. Alone and in memory, unless LONGPOLL_REDIS
 # names a Redis (host:port) it then shares its keys through with other
-# servers: make longpoll LONGPOLL_ADDR=127.0.0.1:8081 LONGPOLL_REDIS=127.0.0.1:6379
+# servers: make longpoll LONGPOLL_ADDR=127.0.0.1:8081 LONGPOLL_REDIS=127.0.0.1:6390
+# It does not depend on deps: go build fetches what this one program
+# needs, not every module of the repository.
 LONGPOLL_ADDR  ?= 127.0.0.1:8080
 LONGPOLL_REDIS ?=
 LONGPOLL_BIN   ?= $(or $(TMPDIR),/tmp)/purgatory-longpoll
-longpoll: deps
+longpoll:
 	cd examples && $(GO) build -o $(LONGPOLL_BIN) ./longpoll
 	exec $(LONGPOLL_BIN) -addr $(LONGPOLL_ADDR) $(if $(LONGPOLL_REDIS),-redis $(LONGPOLL_REDIS))
+
+# redis: a redis-server for the long poll's servers to share, until Ctrl-C,
+# on a port of its own (not 6379, where a packaged Redis may already be)
+# and with its append-only file in a directory of its own outside the
+# repository, so that it keeps its keys across a restart and leaves
+# nothing in git status.
+REDIS_PORT ?= 6390
+REDIS_DIR  ?= $(or $(TMPDIR),/tmp)/purgatory-redis
+redis:
+	mkdir -p $(REDIS_DIR)
+	exec redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --dir $(REDIS_DIR) --appendonly yes --save ''
 
 clean:
 	$(GO) clean -testcache

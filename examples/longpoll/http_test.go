@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,12 @@ type live struct {
 
 func startLive(t *testing.T, maxPending int) *live {
 	t.Helper()
-	s, err := newServer(config{maxPending: maxPending})
+	return startLiveWith(t, config{maxPending: maxPending})
+}
+
+func startLiveWith(t *testing.T, c config) *live {
+	t.Helper()
+	s, err := newServer(c)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -76,6 +82,54 @@ func waitUntil(t *testing.T, cond func() bool, failed func() error) {
 }
 
 func noFailure() error { return nil }
+
+// generous bounds each wait of this file: far more than a working server
+// takes on a loaded 2-core machine, and a failure rather than a hang when
+// a server never gets there.
+const generous = 30 * time.Second
+
+// within returns once cond holds, and fails the test if it does not
+// within generous.
+func within(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(generous); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, generous)
+		}
+	}
+}
+
+// retried serves a request on s, again while s answers 503, as a client
+// honouring Retry-After would (a subscription made again after a slow
+// ping on a loaded machine refuses polls for a moment, as it should).
+func retried(t *testing.T, s *server, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	var rec *httptest.ResponseRecorder
+	within(t, method+" "+target+" answered other than 503", func() bool {
+		rec = do(s, method, target, body)
+		return rec.Code != http.StatusServiceUnavailable
+	})
+	return rec
+}
+
+// parkOn parks a poll on s, again while s answers 503, and returns it
+// once parked or answered otherwise.
+func parkOn(t *testing.T, s *server, target string) *call {
+	t.Helper()
+	var c *call
+	within(t, "a poll parked on "+target, func() bool {
+		n := s.polls.NumDelayed()
+		c = start(s, httptest.NewRequest("GET", target, nil))
+		for !c.finished() && s.polls.NumDelayed() == n {
+			time.Sleep(time.Millisecond)
+		}
+		if c.finished() {
+			return c.rec.Code != http.StatusServiceUnavailable
+		}
+		return true
+	})
+	return c
+}
 
 func notify(t *testing.T, c *http.Client, url, key, value string) (version, woken int) {
 	t.Helper()

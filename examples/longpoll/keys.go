@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log"
 	"sync"
 	"sync/atomic"
 )
@@ -11,7 +10,7 @@ import (
 // server knows for it. Polls read it in TryComplete without a lock.
 type watchedKey struct {
 	name   string
-	newest atomic.Pointer[entry] // never nil; its Version only rises
+	newest atomic.Pointer[entry] // never nil; its Version only rises, but for up after the store lost its data
 	filled atomic.Bool           // newest has been read from the store since the listener was last up
 	polls  int                   // polls holding it; guarded by keys.mu
 }
@@ -101,38 +100,19 @@ func (s *server) advance(k *watchedKey, e *entry) {
 	}
 }
 
-// The server is its store's listener.
-
-func (s *server) changed(key string, e *entry) { s.heard(key, e) }
-
-// up reads the entry of every key that polls hold, which may have changed
-// while nothing was heard, before new polls may park again: a poll whose
-// key moved on meanwhile is answered now rather than at its timeout.
-func (s *server) up(ctx context.Context) error {
-	held := s.keys.held()
-	names := make([]string, len(held))
-	for i, k := range held {
-		names[i] = k.name
-	}
-	es, err := s.store.get(ctx, names...)
+// fill reads k's entry from the store, for the first poll on a key; a
+// poll that held the key meanwhile and parked on an older one is checked
+// again. It holds reading so that an up told that the store lost its data
+// does not run between the read and the record: the record would then
+// keep a value the store no longer has.
+func (s *server) fill(ctx context.Context, k *watchedKey) bool {
+	s.reading.RLock()
+	defer s.reading.RUnlock()
+	es, err := s.store.get(ctx, k.name)
 	if err != nil {
-		return err
+		return false
 	}
-	for i, k := range held {
-		s.advance(k, es[i])
-	}
-	if !s.listen.Swap(true) && s.wasUp {
-		log.Printf("longpoll: listening to the store again; read the %d keys polls wait on", len(held))
-	}
-	s.wasUp = true
-	return nil
-}
-
-// lost stops new polls from parking until the next up: they would wait on
-// entries that nothing keeps fresh. Parked polls wait on, for an answer up
-// finds or their timeouts.
-func (s *server) lost(err error) {
-	if s.listen.Swap(false) {
-		log.Printf("longpoll: lost the store (%v): refusing polls until it is back", err)
-	}
+	s.advance(k, es[0])
+	k.filled.Store(true)
+	return true
 }

@@ -7,26 +7,26 @@
 //	POST /notify?key=K                  stores the body as K's value: 200 {"version","woken"}
 //	GET  /metrics                       the purgatory's figures for Prometheus
 //
-// Alone, it keeps keys in memory; with -redis, it is one of several servers
-// sharing them through Redis (store.go, redis.go). bench_test.go compares
-// it with the usual Go long poll: a channel per key and a time.After per
+// A key or value that is not UTF-8 is answered in base64, as key_base64 or
+// value_base64. Alone, it keeps keys in memory; with -redis, it is one of several servers
+// sharing them through Redis (store.go, redis.go, cluster.go). request.go
+// holds the limits on what a client may send. bench_test.go compares it
+// with the usual Go long poll: a channel per key and a time.After per
 // request.
 package main
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,12 +40,6 @@ import (
 	"github.com/purgatory-go/purgatory/purgatory"
 )
 
-const (
-	defaultTimeout = "30s"
-	maxTimeout     = 5 * time.Minute // longer waits are refused with 400
-	maxValueBytes  = 1 << 20
-)
-
 // poll is one GET /wait. TryComplete runs with the poll's lock held, as
 // often as notifies on its key come; it reads the key's newest entry
 // without a lock. OnComplete runs once, on whichever goroutine completed the
@@ -54,13 +48,18 @@ const (
 // answer, and never blocks.
 type poll struct {
 	operation.Base
-	key   *watchedKey
-	after uint64
-	done  chan struct{} // closed by OnComplete; Cause then says why
+	key    *watchedKey
+	after  uint64
+	answer atomic.Pointer[entry] // the entry TryComplete found past after
+	done   chan struct{}         // closed by OnComplete; Cause then says why
 }
 
+// TryComplete keeps the entry it completes the poll with: the key's newest
+// may change again before the handler writes the answer, and after a Redis
+// that lost its data, to one that is not past after.
 func (p *poll) TryComplete() bool {
-	if p.key.newest.Load().Version > p.after {
+	if e := p.key.newest.Load(); e.Version > p.after {
+		p.answer.Store(e)
 		return p.ForceComplete()
 	}
 	return false
@@ -70,27 +69,32 @@ func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {
-	store  store       // where keys' entries live, and how their changes are heard
-	keys   keys        // the keys parked polls wait on
-	listen atomic.Bool // the store's announcements are heard: new polls may park
-	wasUp  bool        // up succeeded before; only the listener's calls use it, one at a time
-	stop   func()      // stops listening to the store
-	polls  *purgatory.Purgatory[string, *poll]
-	times  *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
-	mux    http.ServeMux
+	store   store        // where keys' entries live, and how their changes are heard
+	keys    keys         // the keys parked polls wait on
+	listen  atomic.Bool  // the store's announcements are heard: new polls may park
+	state   int8         // 1 after an up, -1 after a lost, 0 before either; the listener's calls only
+	reading sync.RWMutex // read-held by a handler reading the store into a key's record; held by up
+	stop    func()       // stops listening to the store
+	polls   *purgatory.Purgatory[string, *poll]
+	times   *timing.Recorder // time in purgatory by outcome, for /metrics; nil without -timing
+	body    time.Duration    // how long a request body may take to arrive
+	log     *log.Logger
+	mux     http.ServeMux
 }
 
 // config is what main's flags set.
 type config struct {
-	maxPending int   // polls parked at once before 503; zero means no bound
-	timing     bool  // keep time-in-purgatory histograms for /metrics
-	store      store // nil: a memStore, for one server alone
+	maxPending  int           // polls parked at once before 503; zero means no bound
+	timing      bool          // keep time-in-purgatory histograms for /metrics
+	store       store         // nil: a memStore, for one server alone
+	bodyTimeout time.Duration // zero: defaultBodyTimeout
+	log         *log.Logger   // nil: the log package's standard logger
 }
 
 // newServer returns a server listening to its store. close answers its
 // parked polls with 503, and later ones the same way.
 func newServer(c config) (*server, error) {
-	s := &server{store: c.store}
+	s := &server{store: c.store, body: cmp.Or(c.bodyTimeout, defaultBodyTimeout), log: cmp.Or(c.log, log.Default())}
 	if s.store == nil {
 		s.store = new(memStore)
 	}
@@ -110,7 +114,7 @@ func newServer(c config) (*server, error) {
 	metrics := purgatoryprom.NewCollector()
 	_ = metrics.Add("LongPoll", s.polls, metricOpts...) // one fixed, valid name
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
+	reg.MustRegister(metrics, s.storeUp())
 	s.mux.HandleFunc("GET /wait", s.wait)
 	s.mux.HandleFunc("POST /notify", s.notify)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -125,40 +129,38 @@ func (s *server) close(ctx context.Context) error {
 	return err
 }
 
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		s.bodyDeadline(w)
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *server) wait(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyOf(w, r)
+	if !ok {
+		return
+	}
 	q := r.URL.Query()
-	key := q.Get("key")
 	after, aerr := strconv.ParseUint(cmp.Or(q.Get("after"), "0"), 10, 64)
 	timeout, terr := time.ParseDuration(cmp.Or(q.Get("timeout"), defaultTimeout))
 	switch {
-	case key == "":
-		http.Error(w, "key is required", http.StatusBadRequest)
-		return
 	case aerr != nil:
 		http.Error(w, "after must be a version: a non-negative integer", http.StatusBadRequest)
 		return
 	case terr != nil || timeout < 0 || timeout > maxTimeout:
-		http.Error(w, fmt.Sprintf("timeout must be a Go duration from 0s to %v", maxTimeout), http.StatusBadRequest)
+		http.Error(w, "timeout must be a Go duration from 0s to "+maxTimeout.String(), http.StatusBadRequest)
 		return
 	}
 	if !s.listen.Load() {
-		unavailable(w, "store unreachable")
+		s.unavailable(w)
 		return
 	}
 	k := s.keys.hold(key)
 	defer s.keys.release(k)
-	if !k.filled.Load() {
-		// The first poll on a key reads its entry; a poll that held the
-		// key meanwhile and parked on an older one is checked again.
-		es, err := s.store.get(r.Context(), key)
-		if err != nil {
-			unavailable(w, "store unreachable")
-			return
-		}
-		s.advance(k, es[0])
-		k.filled.Store(true)
+	if !k.filled.Load() && !s.fill(r.Context(), k) {
+		s.unavailable(w)
+		return
 	}
 	p := &poll{key: k, after: after, done: make(chan struct{})}
 	p.Init(p, timeout)
@@ -178,8 +180,7 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	}
 	switch cause := p.Cause(); {
 	case cause == nil:
-		// Versions only rise, so the newest entry is past after too.
-		writeJSON(w, k.newest.Load().answer(key))
+		writeJSON(w, p.answer.Load().answer(key))
 	case errors.Is(cause, operation.ErrExpired):
 		w.WriteHeader(http.StatusNoContent)
 	default: // purgatory.ErrShutdown
@@ -190,21 +191,13 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// unavailable answers 503: try again in a second, here or on another server.
-func unavailable(w http.ResponseWriter, why string) {
-	w.Header().Set("Retry-After", "1")
-	http.Error(w, why, http.StatusServiceUnavailable)
-}
-
 func (s *server) notify(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		http.Error(w, "key is required", http.StatusBadRequest)
+	key, ok := keyOf(w, r)
+	if !ok {
 		return
 	}
-	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxValueBytes))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	value, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	// Store first, check second. A poll being parked now either sees the
@@ -214,9 +207,12 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	// let a poll parked in between wait for the next notify or its timeout.
 	// No lock of ours is held across the check: it runs TryCompletes, and
 	// one that waited for a lock its caller holds would never return.
-	e, err := s.store.put(r.Context(), key, string(value))
+	s.reading.RLock()
+	e, err := s.store.put(r.Context(), key, value)
+	s.reading.RUnlock()
 	if err != nil {
-		unavailable(w, "store unreachable")
+		// Not stored, now or later (store.put): retrying is safe.
+		s.unavailable(w)
 		return
 	}
 	// woken counts this server's polls; the store announces the change to
@@ -224,59 +220,15 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"version": e.Version, "woken": s.heard(key, e)})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// serve serves s on ln until ctx ends, then stops in the order that leaves
-// no poll hanging: the purgatory's Shutdown answers every parked poll
-// first, so that the HTTP server's Shutdown, which waits for running
-// handlers, finds them finishing. The other way round it would wait for
-// the polls' timeouts.
-//
-// Besides HTTP/1.1 it speaks HTTP/2 without TLS (curl
-// --http2-prior-knowledge), which carries many polls on one connection.
-func serve(ctx context.Context, ln net.Listener, s *server) error {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{
-		Handler:           s,
-		Protocols:         &protocols,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 1000},
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      maxTimeout + 10*time.Second, // must outlast the longest poll
-		IdleTimeout:       time.Minute,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return errors.Join(err, s.close(context.Background()))
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := errors.Join(s.close(sctx), hs.Shutdown(sctx))
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
-}
-
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	var c config
 	flag.IntVar(&c.maxPending, "max-pending", 100_000, "polls parked at once before 503 (0: no bound)")
 	flag.BoolVar(&c.timing, "timing", false, "time-in-purgatory histograms on /metrics (80 B more per parked poll)")
-	redisAddr := flag.String("redis", "", "share keys with other servers through the Redis server at this address (empty: this process alone)")
+	flag.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request body may take to arrive before 408")
+	newStore := storeFlags()
 	flag.Parse()
-	if *redisAddr != "" {
-		rs := newRedisStore(*redisAddr)
-		defer rs.client.Close()
-		c.store = rs
-	}
+	c.store = newStore()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -285,7 +237,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("serving on http://%s; Ctrl-C answers the parked polls and stops", ln.Addr())
+	log.Printf("serving on http://%s, keys in %v; Ctrl-C answers the parked polls and stops", ln.Addr(), c.store)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = serve(ctx, ln, s)
 	stop()

@@ -177,7 +177,7 @@ func TestBadInputIsRefused(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, rec.Code, target)
 	}
 	assert.Equal(t, http.StatusBadRequest, do(s, "POST", "/notify", "x").Code)
-	assert.Equal(t, http.StatusBadRequest, do(s, "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, do(s, "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
 	assert.Equal(t, http.StatusMethodNotAllowed, do(s, "GET", "/notify?key=a", "").Code)
 	assert.Equal(t, http.StatusMethodNotAllowed, do(s, "POST", "/wait?key=a", "").Code)
 	assert.Equal(t, 0, s.polls.NumDelayed())

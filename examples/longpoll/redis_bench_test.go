@@ -31,7 +31,7 @@ func modes(b *testing.B) [2][]*server {
 	b.Cleanup(func() { _ = mem.close(context.Background()) })
 	cluster := make([]*server, 3)
 	for i := range cluster {
-		rs := newRedisStore(r.addr)
+		rs := newRedisStore(r.addr, redisOptions{})
 		if cluster[i], err = newServer(config{store: rs}); err != nil {
 			b.Fatal(err)
 		}

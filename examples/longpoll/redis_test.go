@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,19 +28,62 @@ func startCluster(t *testing.T, r *redisServer, n int) []*server {
 	t.Helper()
 	ss := make([]*server, n)
 	for i := range ss {
-		rs := newRedisStore(r.addr)
-		s, err := newServer(config{store: rs})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			assert.NoError(t, s.close(context.Background()))
-			assert.NoError(t, rs.client.Close())
-		})
-		ss[i] = s
+		ss[i], _ = startServer(t, r.addr, redisOptions{})
 	}
 	for _, s := range ss {
 		waitUntil(t, s.listen.Load, noFailure)
 	}
 	return ss
+}
+
+// startServer starts a server on the Redis at addr, with o, and returns
+// it with what it logs. It is closed when the test ends.
+func startServer(t *testing.T, addr string, o redisOptions) (*server, *logs) {
+	t.Helper()
+	rs := newRedisStore(addr, o)
+	l := new(logs)
+	s, err := newServer(config{store: rs, log: log.New(l, "", log.Lmicroseconds)})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, s.close(context.Background()))
+		assert.NoError(t, rs.client.Close())
+	})
+	return s, l
+}
+
+// logs is a log's output, for tests to read while it is written.
+type logs struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// notified returns the version and woken of a notify's 200.
+func notified(t *testing.T, rec *httptest.ResponseRecorder) (version uint64, woken int) {
+	t.Helper()
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var got struct {
+		Version uint64
+		Woken   int
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+	return got.Version, got.Woken
+}
+
+// answerJSON is the answer to a poll, for JSONEq.
+func answerJSON(key string, version uint64, value string) string {
+	return fmt.Sprintf(`{"key":%q,"version":%d,"value":%q}`, key, version, value)
 }
 
 func parked(ss []*server) int {
@@ -66,20 +111,18 @@ func TestClusterNotifyAnswersItsKeyOnEveryServer(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return parked(ss) == polls }, noFailure)
 
-	rec := do(ss[0], "POST", "/notify?key=k7", "seven")
-	require.Equal(t, http.StatusOK, rec.Code)
-	assert.JSONEq(t, fmt.Sprintf(`{"version":1,"woken":%d}`, onServer0), rec.Body.String(),
-		"woken counts the notified server's polls")
+	v7, woken := notified(t, do(ss[0], "POST", "/notify?key=k7", "seven"))
+	assert.Equal(t, onServer0, woken, "woken counts the notified server's polls")
 	// A second key's change, on another server: the channel delivers in
 	// order, so once its polls are answered everywhere, anything k7's
 	// message was going to do has been done.
-	do(ss[1], "POST", "/notify?key=k8", "eight")
+	v8, _ := notified(t, do(ss[1], "POST", "/notify?key=k8", "eight"))
 	for i, c := range calls {
 		if k := i % keys; k == 7 || k == 8 {
 			<-c.done
 			assert.Equal(t, http.StatusOK, c.rec.Code, "poll %d", i)
-			want := map[int]string{7: "seven", 8: "eight"}[k]
-			assert.JSONEq(t, fmt.Sprintf(`{"key":"k%d","version":1,"value":%q}`, k, want), c.rec.Body.String(), "poll %d", i)
+			want := map[int]string{7: answerJSON("k7", v7, "seven"), 8: answerJSON("k8", v8, "eight")}[k]
+			assert.JSONEq(t, want, c.rec.Body.String(), "poll %d", i)
 		}
 	}
 	for i, c := range calls {
@@ -98,19 +141,21 @@ func TestClusterPollsBeforeAndAfterANotifySeeOneVersion(t *testing.T) {
 	before := start(ss[0], httptest.NewRequest("GET", "/wait?key=a&timeout=1m", nil))
 	waitUntil(t, func() bool { return ss[0].polls.NumDelayed() == 1 }, noFailure)
 
-	assert.JSONEq(t, `{"version":1,"woken":0}`, do(ss[2], "POST", "/notify?key=a", "hello").Body.String())
+	v1, woken := notified(t, do(ss[2], "POST", "/notify?key=a", "hello"))
+	assert.Zero(t, woken)
 	after := do(ss[1], "GET", "/wait?key=a&after=0&timeout=1m", "")
 	<-before.done
 	for _, rec := range []*httptest.ResponseRecorder{before.rec, after} {
 		assert.Equal(t, http.StatusOK, rec.Code)
-		assert.JSONEq(t, `{"key":"a","version":1,"value":"hello"}`, rec.Body.String())
+		assert.JSONEq(t, answerJSON("a", v1, "hello"), rec.Body.String())
 	}
 
-	next := start(ss[2], httptest.NewRequest("GET", "/wait?key=a&after=1&timeout=1m", nil))
+	next := start(ss[2], httptest.NewRequest("GET", fmt.Sprintf("/wait?key=a&after=%d&timeout=1m", v1), nil))
 	waitUntil(t, func() bool { return ss[2].polls.NumDelayed() == 1 }, noFailure)
-	assert.JSONEq(t, `{"version":2,"woken":0}`, do(ss[1], "POST", "/notify?key=a", "again").Body.String())
+	v2, _ := notified(t, do(ss[1], "POST", "/notify?key=a", "again"))
+	assert.Equal(t, v1+1, v2, "each notify adds one")
 	<-next.done
-	assert.JSONEq(t, `{"key":"a","version":2,"value":"again"}`, next.rec.Body.String())
+	assert.JSONEq(t, answerJSON("a", v2, "again"), next.rec.Body.String())
 }
 
 // Redis stopped for a second and started again on its port, with 1,000
@@ -126,13 +171,14 @@ func TestClusterRecoversFromARedisRestart(t *testing.T) {
 	const timeout = 10 * time.Second // long enough to tell "after the restart" from "at the timeout"
 	r := startRedis(t)
 	ss := startCluster(t, r, 3)
+	first := make([]uint64, keys)
 	for k := range keys {
-		require.Equal(t, http.StatusOK, do(ss[k%3], "POST", fmt.Sprintf("/notify?key=k%d", k), "old").Code)
+		first[k], _ = notified(t, do(ss[k%3], "POST", fmt.Sprintf("/notify?key=k%d", k), "old"))
 	}
 	parkedAt := time.Now()
 	calls := make([]*call, polls)
 	for i := range polls {
-		target := fmt.Sprintf("/wait?key=k%d&after=1&timeout=%v", i%keys, timeout)
+		target := fmt.Sprintf("/wait?key=k%d&after=%d&timeout=%v", i%keys, first[i%keys], timeout)
 		calls[i] = start(ss[(i/keys)%3], httptest.NewRequest("GET", target, nil))
 	}
 	waitUntil(t, func() bool { return parked(ss) == polls }, noFailure)
@@ -141,7 +187,7 @@ func TestClusterRecoversFromARedisRestart(t *testing.T) {
 	for _, s := range ss {
 		waitUntil(t, func() bool { return !s.listen.Load() }, noFailure)
 		for _, rec := range []*httptest.ResponseRecorder{
-			do(s, "GET", "/wait?key=k0&after=1&timeout=1m", ""),
+			do(s, "GET", fmt.Sprintf("/wait?key=k0&after=%d&timeout=1m", first[0]), ""),
 			do(s, "POST", "/notify?key=k0", "refused"),
 		} {
 			assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
@@ -168,7 +214,7 @@ func TestClusterRecoversFromARedisRestart(t *testing.T) {
 		k := i % keys
 		if changed(k) {
 			assert.Equal(t, http.StatusOK, c.rec.Code, "poll %d on k%d", i, k)
-			assert.JSONEq(t, fmt.Sprintf(`{"key":"k%d","version":2,"value":"new %d"}`, k, k), c.rec.Body.String(), "poll %d", i)
+			assert.JSONEq(t, answerJSON(fmt.Sprint("k", k), first[k]+1, fmt.Sprint("new ", k)), c.rec.Body.String(), "poll %d", i)
 			assert.True(t, c.at.Before(parkedAt.Add(timeout)), "poll %d answered before its timeout", i)
 			latest = max(latest, c.at.Sub(restarted))
 		} else {
@@ -195,13 +241,13 @@ func TestClusterReadsItsKeysWhenItSubscribesAgain(t *testing.T) {
 	ss[0].stop() // as if its subscription were lost: it hears nothing now
 	ss[0].lost(fmt.Errorf("test: unsubscribed"))
 	assert.Equal(t, http.StatusServiceUnavailable, do(ss[0], "GET", "/wait?key=c", "").Code)
-	assert.JSONEq(t, `{"version":1,"woken":0}`, do(ss[1], "POST", "/notify?key=a", "missed").Body.String())
+	v, _ := notified(t, do(ss[1], "POST", "/notify?key=a", "missed"))
 	time.Sleep(100 * time.Millisecond)
 	assert.False(t, a.finished(), "the change was not heard")
 
 	ss[0].stop = ss[0].store.listen(ss[0])
 	<-a.done
-	assert.JSONEq(t, `{"key":"a","version":1,"value":"missed"}`, a.rec.Body.String())
+	assert.JSONEq(t, answerJSON("a", v, "missed"), a.rec.Body.String())
 	assert.False(t, b.finished())
 	waitUntil(t, ss[0].listen.Load, noFailure)
 }
@@ -214,9 +260,9 @@ func TestClusterRefusesBadInput(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, do(ss[0], "GET", target, "").Code, target)
 	}
 	assert.Equal(t, http.StatusBadRequest, do(ss[0], "POST", "/notify", "x").Code)
-	assert.Equal(t, http.StatusBadRequest, do(ss[0], "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
-	assert.JSONEq(t, `{"version":1,"woken":0}`, do(ss[1], "POST", "/notify?key=a", "x").Body.String(),
-		"the refused notify stored nothing")
+	assert.Equal(t, http.StatusRequestEntityTooLarge, do(ss[0], "POST", "/notify?key=a", strings.Repeat("x", maxValueBytes+1)).Code)
+	rec := do(ss[1], "GET", "/wait?key=a&timeout=0s", "")
+	assert.Equal(t, http.StatusNoContent, rec.Code, "the refused notify stored nothing: %s", rec.Body)
 }
 
 // A change's message carries the key's length, so keys and values with

@@ -12,12 +12,13 @@ import (
 )
 
 // redisServer is a redis-server that a test started on a free loopback
-// port, with its data in the test's temporary directory. Its append-only
-// file keeps every write across a stop and start, as a Redis that servers
-// share must: one that forgot its keys would start their versions again at
-// 1, below what parked polls have seen.
+// port, with its data in the test's temporary directory. Unless it is
+// ephemeral, its append-only file keeps every write across a stop and
+// start, as a Redis that servers share should; faults_test.go's ephemeral
+// one comes back empty, which the servers must notice.
 type redisServer struct {
 	bin, dir, addr string
+	ephemeral      bool // keeps nothing across a stop and start, as a cache would
 	cmd            *exec.Cmd
 }
 
@@ -39,12 +40,16 @@ func redisBinary(t testing.TB) string {
 }
 
 // startRedis starts a redis-server, stopped when the test ends.
-func startRedis(t testing.TB) *redisServer {
+func startRedis(t testing.TB) *redisServer { return startRedisKeeping(t, true) }
+
+// startRedisKeeping starts a redis-server that keeps its data across a
+// restart, or (keep false) one that comes back empty.
+func startRedisKeeping(t testing.TB, keep bool) *redisServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	r := &redisServer{bin: redisBinary(t), dir: t.TempDir(), addr: addr}
+	r := &redisServer{bin: redisBinary(t), dir: t.TempDir(), addr: addr, ephemeral: !keep}
 	r.start(t)
 	t.Cleanup(r.stop)
 	return r
@@ -53,8 +58,12 @@ func startRedis(t testing.TB) *redisServer {
 // start runs redis-server and returns once it accepts connections.
 func (r *redisServer) start(t testing.TB) {
 	_, port, _ := net.SplitHostPort(r.addr)
+	aof := "yes"
+	if r.ephemeral {
+		aof = "no"
+	}
 	r.cmd = exec.Command(r.bin, "--bind", "127.0.0.1", "--port", port, "--dir", r.dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", "no", "--daemonize", "no")
+		"--save", "", "--appendonly", aof, "--appendfsync", "no", "--daemonize", "no")
 	require.NoError(t, r.cmd.Start())
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		c, err := net.Dial("tcp", r.addr)
