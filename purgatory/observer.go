@@ -93,7 +93,7 @@ const (
 	OutcomeExpired   = Outcome(lifecycle.Expired)   // its timeout: Stats.Expired
 	OutcomeContext   = Outcome(lifecycle.Context)   // its context ended: Stats.ContextDone
 	OutcomeShutdown  = Outcome(lifecycle.Shutdown)  // Shutdown expired it: Stats.Shutdown
-	OutcomeForKey    = Outcome(lifecycle.ForKey)    // CompleteForKey: Stats.CompletedForKey
+	OutcomeForKey    = Outcome(lifecycle.ForKey)    // CompleteForKey or Complete: Stats.CompletedForKey
 	OutcomeCancelled = Outcome(lifecycle.Cancelled) // CancelForKey took it out: Stats.Cancelled
 
 	// Outcomes is the number of outcomes, for arrays indexed by Outcome.

@@ -82,7 +82,8 @@ type Stats struct {
 	Expired        uint64 // completed by their timeout
 	ContextDone    uint64 // completed because the context given to operation.WithContext ended
 	Shutdown       uint64 // expired by Shutdown
-	// CompletedForKey counts operations completed by CompleteForKey.
+	// CompletedForKey counts operations completed with a cause: by
+	// CompleteForKey, or by Complete.
 	CompletedForKey uint64
 	Cancelled       uint64 // taken out by CancelForKey
 	Purged          uint64 // dead watch entries removed by the backstop purge

@@ -47,7 +47,7 @@ var (
 			"Pending operations expired by Shutdown.",
 			func(s *purgatory.Stats) uint64 { return s.Shutdown }},
 		{"purgatory.completed_for_key", "{operation}",
-			"Operations completed by CompleteForKey, with the cause it was given.",
+			"Operations completed by CompleteForKey or Complete, with the cause it was given.",
 			func(s *purgatory.Stats) uint64 { return s.CompletedForKey }},
 		{"purgatory.cancelled", "{operation}",
 			"Operations taken out by CancelForKey, with no callback run.",

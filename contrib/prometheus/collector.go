@@ -101,7 +101,7 @@ func NewCollector(opts ...Option) *Collector {
 			"Pending operations expired by Shutdown."),
 			func(s *purgatory.Stats) uint64 { return s.Shutdown }},
 		{desc("purgatory_completed_for_key_total",
-			"Operations completed by CompleteForKey, with the cause it was given."),
+			"Operations completed by CompleteForKey or Complete, with the cause it was given."),
 			func(s *purgatory.Stats) uint64 { return s.CompletedForKey }},
 		{desc("purgatory_cancelled_total",
 			"Operations taken out by CancelForKey, with no callback run."),

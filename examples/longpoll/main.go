@@ -65,7 +65,11 @@ func (p *poll) TryComplete() bool {
 	return false
 }
 
-func (p *poll) OnComplete()   { close(p.done) }
+func (p *poll) OnComplete() { close(p.done) }
+
+// errHungUp is the Cause of a poll whose client went away.
+var errHungUp = errors.New("longpoll: client hung up")
+
 func (p *poll) OnExpiration() {}
 
 type server struct {
@@ -173,9 +177,10 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	case <-p.done:
 	case <-r.Context().Done():
 		// The client hung up: take the poll out of the purgatory now, not
-		// at its timeout. If a notify or the timeout completed it first,
-		// this does nothing; either way nobody is left to answer.
-		p.ForceComplete()
+		// at its timeout. Complete waits for a TryComplete under way; if a
+		// notify or the timeout completed the poll first, it does nothing.
+		// Either way nobody is left to answer.
+		s.polls.Complete(p, errHungUp)
 		return
 	}
 	switch cause := p.Cause(); {

@@ -240,7 +240,7 @@ func TestHangUpLeavesThePurgatoryAtOnce(t *testing.T) {
 		hangUp()
 		assert.Equal(t, hungUp, <-returned, "the handler returns when the client hangs up")
 		assert.Equal(t, 0, s.polls.NumDelayed())
-		assert.Equal(t, uint64(1), s.polls.Stats().CompletedEarly, "counted as completed early")
+		assert.Equal(t, uint64(1), s.polls.Stats().CompletedForKey, "counted as completed with a cause, by Complete")
 		assert.False(t, w.wrote, "nothing written for a client that has gone")
 		assert.Empty(t, s.keys.m, "no poll holds the key")
 		assert.JSONEq(t, `{"version":1,"woken":0}`, do(s, "POST", "/notify?key=a", "x").Body.String())
