@@ -65,11 +65,7 @@ func (p *poll) TryComplete() bool {
 	return false
 }
 
-func (p *poll) OnComplete() { close(p.done) }
-
-// errHungUp is the Cause of a poll whose client went away.
-var errHungUp = errors.New("longpoll: client hung up")
-
+func (p *poll) OnComplete()   { close(p.done) }
 func (p *poll) OnExpiration() {}
 
 type server struct {

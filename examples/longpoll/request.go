@@ -23,6 +23,10 @@ const (
 	maxHeaderBytes     = 64 << 10 // request line and headers; net/http answers 431 past it
 )
 
+// errHungUp is the Cause of a poll whose client went away: the handler
+// completes the poll with it (purgatory.Complete).
+var errHungUp = errors.New("longpoll: client hung up")
+
 // keyOf returns the request's key, or answers 400 and returns false. The
 // key is copied: the purgatory keeps the keys of recently emptied watch
 // lists for a while, and a key that was a slice of the request's URL would
