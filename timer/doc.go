@@ -191,7 +191,7 @@
 //     testing/synctest bubble.
 //   - [WithPanicHandler], [WithLogger]: where a recovered panic is reported.
 //
-// A panic in Run is recovered, counted in [SystemTimer.Stats] and reported;
-// it never stops the timer, because one bad task must not silently disable
+// A panic in Run is recovered and reported (to the handler given to
+// [WithPanicHandler], or logged); it never stops the timer, because one bad task must not silently disable
 // every other timeout in the process.
 package timer

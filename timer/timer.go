@@ -134,21 +134,6 @@ func (t *SystemTimer) AdvanceClock(timeout time.Duration) bool { return t.c.Adva
 // in Kafka.
 func (t *SystemTimer) Size() int { return t.c.Size() }
 
-// Stats are a timer's counters, each read atomically; Pending sums the
-// buckets' counts while tasks may move, so the set is not one snapshot.
-type Stats struct {
-	Pending int    // tasks waiting in the wheels, as Size
-	Fired   uint64 // tasks handed to the executor (or run inline) so far
-	Panics  uint64 // Run calls that panicked and were recovered
-}
-
-// Stats returns the timer's counters. It costs what Size does and is safe
-// to call at any time.
-func (t *SystemTimer) Stats() Stats {
-	fired, panics := t.c.Counts()
-	return Stats{Pending: t.c.Size(), Fired: fired, Panics: panics}
-}
-
 // Close implements [Timer].
 func (t *SystemTimer) Close() error { return t.c.Close() }
 
