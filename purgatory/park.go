@@ -249,7 +249,10 @@ func (p *Purgatory[K, T]) CompleteForKey(key K, cause error) int {
 // cause, and reports whether this call completed it: false if op had
 // completed already (by any path), was cancelled, or was never parked
 // here. OnComplete runs, OnExpiration does not, and op is counted in
-// Stats.CompletedForKey, as for CompleteForKey.
+// Stats.CompletedForKey, as for CompleteForKey. An operation whose park
+// was deferred to the holder of its operation.SharedLock (the park
+// reported it parked) is completed once that holder has let go of the
+// lock, and so parked it.
 //
 // Unlike ForceComplete, Complete takes op's lock: if a TryComplete of op
 // is under way on another goroutine, Complete waits for it to return. So
@@ -263,7 +266,7 @@ func (p *Purgatory[K, T]) Complete(op T, cause error) bool {
 		return false
 	}
 	o := lifecycle.Of(op)
-	if !lifecycle.PendingIn(o, &p.tracker) {
+	if !lifecycle.AcceptedIn(o, &p.tracker) {
 		return false
 	}
 	return lifecycle.CompleteLocked(o, cause)

@@ -54,6 +54,9 @@ func TestParkFromCallbackUnderSharedLock(t *testing.T) {
 		{"CompleteForKey", "same", func(t *testing.T, p *pg, _ mockAdvancer, _ *operation.SharedLock, _ *mockOp, _ context.CancelFunc) {
 			assert.Equal(t, 1, p.CompleteForKey("join", errMoved))
 		}},
+		{"Complete", "same", func(t *testing.T, p *pg, _ mockAdvancer, _ *operation.SharedLock, first *mockOp, _ context.CancelFunc) {
+			assert.True(t, p.Complete(first, errMoved))
+		}},
 	}
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {

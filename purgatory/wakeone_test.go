@@ -277,3 +277,22 @@ func TestWakeOneAllocatesNothing(t *testing.T) {
 	}))
 	assert.Equal(t, errGone, rs[50].Cause())
 }
+
+// A park deferred to the holder of the operation's SharedLock reported the
+// operation parked: Complete, which waits for the lock, finds it parked
+// once the holder lets go, and completes it.
+func TestCompleteOfADeferredPark(t *testing.T) {
+	p, _ := newMockPurgatory(t)
+	lock := &operation.SharedLock{}
+	op := newOp(time.Hour, operation.WithLock(lock))
+	lock.Lock()
+	mustPark(t, p, op, "k") // deferred: the lock is held
+	won := make(chan bool, 1)
+	go func() { won <- p.Complete(op, errGone) }()
+	runtime.Gosched()
+	lock.Unlock() // the park runs, then Complete has the lock
+	assert.True(t, <-won)
+	assert.Equal(t, errGone, op.Cause())
+	assert.Zero(t, p.NumDelayed())
+	assert.Equal(t, uint64(1), p.Stats().CompletedForKey)
+}

@@ -404,8 +404,12 @@ func CompleteWith(o *Op, cause *error) bool {
 // It allocates nothing for a cause it has seen before (causeFor): an
 // operation with nothing of its own then shares a meta that carries the
 // cause, and one with a meta of its own points it at the cached copy.
+//
+// An operation whose park is deferred to the holder of its SharedLock is
+// parked by the time the lock is had: the holder finishes the park before
+// it lets go.
 func CompleteLocked(o *Op, cause error) bool {
-	if o.word().Load()&(stParked|stCompleted) != stParked {
+	if s := o.word().Load(); s&stCompleted != 0 || s&(stParked|stDeferred) == 0 {
 		return false
 	}
 	l := o.lock()
@@ -913,6 +917,16 @@ func (o *Op) leaveTimer() {
 func PendingIn(o *Op, t *Tracker) bool {
 	// Seen parked: the tracker is published.
 	return o.word().Load()&(stParked|stCompleted) == stParked && o.tracker() == t
+}
+
+// AcceptedIn reports whether a park of the operation in the purgatory
+// that counts in t was accepted and the operation has not completed: it
+// is parked, or its park is deferred to the holder of its SharedLock
+// (DeferPark), who finishes it before letting go of the lock.
+func AcceptedIn(o *Op, t *Tracker) bool {
+	// Seen parked or deferred: the tracker is published.
+	s := o.word().Load()
+	return s&stCompleted == 0 && s&(stParked|stDeferred) != 0 && o.tracker() == t
 }
 
 // Reset gives a parked operation the timeout d, measured by the timer's
