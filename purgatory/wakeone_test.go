@@ -296,3 +296,47 @@ func TestCompleteOfADeferredPark(t *testing.T) {
 	assert.Zero(t, p.NumDelayed())
 	assert.Equal(t, uint64(1), p.Stats().CompletedForKey)
 }
+
+// Complete beside the other ways out: after Shutdown (which expired the
+// operation, or left it pending with WithLeavePendingOnShutdown), on an
+// operation with a context, and before an Advance past its deadline.
+func TestCompleteMeetsTheOtherWaysOut(t *testing.T) {
+	t.Run("after shutdown", func(t *testing.T) {
+		p, _ := newMockPurgatory(t)
+		op := newOp(time.Hour)
+		mustPark(t, p, op, "k")
+		require.NoError(t, p.Shutdown(context.Background()))
+		assert.False(t, p.Complete(op, errGone), "Shutdown expired it")
+		assert.ErrorIs(t, op.Cause(), purgatory.ErrShutdown)
+	})
+	t.Run("left pending by shutdown", func(t *testing.T) {
+		p, _ := newMockPurgatory(t, purgatory.WithLeavePendingOnShutdown())
+		op := newOp(time.Hour)
+		mustPark(t, p, op, "k")
+		require.NoError(t, p.Shutdown(context.Background()))
+		assert.True(t, p.Complete(op, errGone), "a pending operation is still the purgatory's to complete")
+		assert.Equal(t, errGone, op.Cause())
+		assert.Zero(t, p.NumDelayed())
+	})
+	t.Run("context", func(t *testing.T) {
+		p, _ := newMockPurgatory(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		op := newOp(time.Hour, operation.WithContext(ctx))
+		mustPark(t, p, op, "k")
+		assert.True(t, p.Complete(op, errGone))
+		cancel()
+		assert.Equal(t, errGone, op.Cause(), "the context ending later changes nothing")
+		assert.Equal(t, int32(1), op.Completes.Load())
+		assert.Zero(t, p.Stats().ContextDone)
+	})
+	t.Run("expiry", func(t *testing.T) {
+		p, mt := newMockPurgatory(t)
+		op := newOp(10 * time.Millisecond)
+		mustPark(t, p, op, "k")
+		assert.True(t, p.Complete(op, errGone))
+		assert.Zero(t, mt.Advance(time.Second), "its timeout left with it")
+		assert.False(t, op.IsExpired())
+		assert.Zero(t, op.Expiries.Load())
+	})
+}
