@@ -78,15 +78,22 @@ func parkReceiver(t testing.TB, p *queue, r *receiver) {
 	require.False(t, done)
 }
 
+// parkReceivers parks n receivers of q on "q", in order.
+func parkReceivers(t testing.TB, p *queue, q *atomic.Int64, n int) []*receiver {
+	t.Helper()
+	rs := make([]*receiver, n)
+	for i := range rs {
+		rs[i] = newReceiver(q)
+		parkReceiver(t, p, rs[i])
+	}
+	return rs
+}
+
 // One message wakes one receiver: the one that waited longest.
 func TestCheckAndCompleteNWakesTheOldest(t *testing.T) {
 	p, _ := newQueue(t)
 	var q atomic.Int64
-	rs := make([]*receiver, 100)
-	for i := range rs {
-		rs[i] = newReceiver(&q)
-		parkReceiver(t, p, rs[i])
-	}
+	rs := parkReceivers(t, p, &q, 100)
 	q.Store(3)
 	assert.Equal(t, 3, p.CheckAndCompleteN("q", 3))
 	for i, r := range rs {
@@ -107,11 +114,7 @@ func TestCheckAndCompleteNWakesTheOldest(t *testing.T) {
 func TestCheckRecoversAPanicAndGoesOn(t *testing.T) {
 	p, _ := newQueue(t)
 	var q atomic.Int64
-	rs := make([]*receiver, 5)
-	for i := range rs {
-		rs[i] = newReceiver(&q)
-		parkReceiver(t, p, rs[i])
-	}
+	rs := parkReceivers(t, p, &q, 5)
 	rs[1].panics = true
 	q.Store(2)
 	assert.Equal(t, 2, p.CheckAndComplete("q"), "receivers 0 and 2 complete")
@@ -255,19 +258,13 @@ func TestWakeOneAllocatesNothing(t *testing.T) {
 	for _, n := range []int{1, 100, 4096, 10000} {
 		p, _ := newQueue(t)
 		var q atomic.Int64
-		for range n {
-			parkReceiver(t, p, newReceiver(&q))
-		}
+		parkReceivers(t, p, &q, n)
 		assert.Zero(t, testing.AllocsPerRun(20, func() { p.CheckAndComplete("q") }), "%d watching", n)
 		assert.Zero(t, testing.AllocsPerRun(20, func() { p.CheckAndCompleteN("q", 1) }), "%d watching", n)
 	}
 	p, _ := newQueue(t)
 	var q atomic.Int64
-	rs := make([]*receiver, 102)
-	for i := range rs {
-		rs[i] = newReceiver(&q)
-		parkReceiver(t, p, rs[i])
-	}
+	rs := parkReceivers(t, p, &q, 102)
 	i := 0
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
 		if !p.Complete(rs[i], errGone) {
