@@ -2,6 +2,7 @@ package watchers_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,4 +317,67 @@ func TestCheckAllocatesNothing(t *testing.T) {
 		assert.Zero(t, testing.AllocsPerRun(20, func() { w.Check("k") }), "Check, %d watching", n)
 		assert.Zero(t, testing.AllocsPerRun(20, func() { w.CheckN("k", 1) }), "CheckN, %d watching", n)
 	}
+}
+
+// Walks of one hot key race parks, completions, purges and removals of
+// it. At rest every ready operation has completed, and the lists hold
+// the operations still waiting, and nothing else.
+func TestWalkStorm(t *testing.T) {
+	w := watchers.New[string](1)
+	const workers, rounds = 4, 400
+	var mu sync.Mutex
+	var all []*op
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				switch (g + i) % 6 {
+				case 0, 1:
+					ops := queued(w, "k", 20)
+					for j, o := range ops {
+						if j%3 == 0 {
+							o.Ready.Store(true)
+						}
+						if j%7 == 0 {
+							o.ForceComplete()
+						}
+					}
+					mu.Lock()
+					all = append(all, ops...)
+					mu.Unlock()
+				case 2:
+					w.CheckN("k", 1+i%5)
+				case 3:
+					w.Check("k")
+				case 4:
+					w.Purge()
+				case 5:
+					if i%40 == 5 {
+						for _, o := range w.Remove("k") {
+							// Cancelled operations are out of their lists.
+							lifecycle.Cancel(o)
+						}
+					} else {
+						w.CheckN("k", 3)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	w.Check("k")
+	w.Purge()
+	waiting := 0
+	for _, o := range all {
+		cancelled := lifecycle.IsCancelled(lifecycle.Of(o))
+		if o.Ready.Load() && !cancelled {
+			assert.True(t, o.IsCompleted())
+		}
+		if !o.IsCompleted() && !cancelled {
+			waiting++
+		}
+	}
+	assert.Equal(t, waiting, w.Watched(), "the lists hold the waiting operations, and nothing else")
 }
