@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll tidy-check clean lincheck
+.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll queue tidy-check clean lincheck
 
 all: lint build test
 
@@ -127,6 +127,15 @@ LONGPOLL_BIN   ?= $(or $(TMPDIR),/tmp)/purgatory-longpoll
 longpoll: deps
 	cd examples && $(GO) build -o $(LONGPOLL_BIN) ./longpoll
 	exec $(LONGPOLL_BIN) -addr $(LONGPOLL_ADDR) $(if $(LONGPOLL_REDIS),-redis $(LONGPOLL_REDIS))
+
+# queue: the SQS-like queue of examples/queue on 127.0.0.1:8081 until
+# Ctrl-C, built and exec'd as longpoll is. It exits 0 once it has answered
+# every parked receive (with no messages).
+QUEUE_ADDR ?= 127.0.0.1:8081
+QUEUE_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-queue
+queue: deps
+	cd examples && $(GO) build -o $(QUEUE_BIN) ./queue
+	exec $(QUEUE_BIN) -addr $(QUEUE_ADDR)
 
 clean:
 	$(GO) clean -testcache
