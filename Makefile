@@ -12,7 +12,7 @@ each = set -e; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)); d
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll redis tidy-check clean lincheck
+.PHONY: all deps build test race vet lint icount icount-write fuzz bench bench-observers bench-expiry perf perf-ratio demo broker longpoll redis queue tidy-check clean lincheck
 
 all: lint build test
 
@@ -140,6 +140,15 @@ REDIS_DIR  ?= $(or $(TMPDIR),/tmp)/purgatory-redis
 redis:
 	mkdir -p $(REDIS_DIR)
 	exec redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --dir $(REDIS_DIR) --appendonly yes --save ''
+
+# queue: the SQS-like queue of examples/queue on 127.0.0.1:8081 until
+# Ctrl-C, built and exec'd as longpoll is. It exits 0 once it has answered
+# every parked receive (with no messages).
+QUEUE_ADDR ?= 127.0.0.1:8081
+QUEUE_BIN  ?= $(or $(TMPDIR),/tmp)/purgatory-queue
+queue:
+	cd examples && $(GO) build -o $(QUEUE_BIN) ./queue
+	exec $(QUEUE_BIN) -addr $(QUEUE_ADDR)
 
 clean:
 	$(GO) clean -testcache
