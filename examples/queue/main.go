@@ -91,7 +91,8 @@ func newServer(c config) (*server, error) {
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// queue returns the queue the request names, or answers 400 and nil.
+// queue returns the queue the request names, or answers 400 and nil. The
+// handler lets go of it (service.release) when it returns.
 func (s *server) queue(w http.ResponseWriter, r *http.Request) *queue {
 	name := r.PathValue("q")
 	if !queueName.MatchString(name) {
@@ -117,6 +118,7 @@ func (s *server) send(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
+	defer s.svc.release(q)
 	delay, ok := duration(w, r, "delay", 0, maxDelay)
 	if !ok {
 		return
@@ -139,6 +141,7 @@ func (s *server) receive(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
+	defer s.svc.release(q)
 	most, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("max"), "1"))
 	if err != nil || most < 1 || most > maxReceive {
 		http.Error(w, fmt.Sprintf("max must be from 1 to %d", maxReceive), http.StatusBadRequest)
@@ -172,6 +175,7 @@ func (s *server) delete(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
+	defer s.svc.release(q)
 	receiptDone(w, q.delete(r.PathValue("receipt")))
 }
 
@@ -180,6 +184,7 @@ func (s *server) changeVisibility(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
+	defer s.svc.release(q)
 	if r.URL.Query().Get("timeout") == "" {
 		http.Error(w, "timeout is required", http.StatusBadRequest)
 		return
@@ -207,6 +212,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
+	defer s.svc.release(q)
 	v, f, d := q.counts()
 	writeJSON(w, map[string]int{"visible": v, "in_flight": f, "delayed": d})
 }

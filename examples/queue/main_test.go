@@ -414,3 +414,42 @@ func TestBadInputIsRefused(t *testing.T) {
 	assert.JSONEq(t, `{"visible":0,"in_flight":0,"delayed":0}`, counts(t, s, "q"), "nothing stored")
 	assert.Equal(t, 0, s.svc.p.NumDelayed())
 }
+
+// A queue is kept while a request holds it or it holds a message, and
+// dropped after: names used once cost nothing once their messages are
+// gone.
+func TestQueuesGoWhenNothingHoldsThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t, config{})
+		queues := func() int {
+			s.svc.mu.Lock()
+			defer s.svc.mu.Unlock()
+			return len(s.svc.queues)
+		}
+		assert.JSONEq(t, `{"visible":0,"in_flight":0,"delayed":0}`, counts(t, s, "looked-at"))
+		assert.Zero(t, queues(), "a look made it and let it go")
+
+		c := parked(t, s, "/queues/q/messages?wait=1m&visibility=10s")
+		assert.Equal(t, 1, queues(), "a parked receive holds it")
+		send(t, s, "/queues/q/messages", "m")
+		got := c.messages(t)
+		assert.Equal(t, 1, queues(), "a message in flight holds it")
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 1, queues(), "visible again after its visibility timeout: still held")
+		m := receiveNow(t, s, "/queues/q/messages?wait=0s")
+		require.Len(t, m, 1)
+		assert.Equal(t, got[0].ID, m[0].ID)
+		assert.Equal(t, http.StatusNoContent, do(s, "DELETE", "/queues/q/messages/"+m[0].Receipt, "").Code)
+		assert.Zero(t, queues(), "deleted: nothing holds it")
+
+		send(t, s, "/queues/later/messages?delay=5s", "x")
+		assert.Equal(t, 1, queues(), "a delayed message holds it")
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		m = receiveNow(t, s, "/queues/later/messages?wait=0s")
+		require.Len(t, m, 1)
+		do(s, "DELETE", "/queues/later/messages/"+m[0].Receipt, "")
+		assert.Zero(t, queues())
+	})
+}

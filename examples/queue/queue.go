@@ -68,16 +68,38 @@ func (s *service) shutdown(ctx context.Context) error {
 	return s.p.Shutdown(ctx)
 }
 
-// queue returns the queue named name, made on first use.
+// queue returns the queue named name, made on first use, for a request
+// that lets go of it with release when it ends. A queue is kept while a
+// request holds it or it holds a message (visible, in flight or delayed:
+// the timer may still run a message's task); then release drops it, so
+// that names used once cost nothing once their messages are gone.
 func (s *service) queue(name string) *queue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queues[name]
 	if q == nil {
-		q = &queue{svc: s, held: make(map[uint64]*message)}
+		q = &queue{svc: s, name: name, held: make(map[uint64]*message)}
 		s.queues[name] = q
 	}
+	q.users++
 	return q
+}
+
+// release lets go of q, taken with queue, and drops it if nothing holds
+// it any more. A queue's lock is taken under the service's, never the
+// other way round.
+func (s *service) release(q *queue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q.users--; q.users > 0 {
+		return
+	}
+	q.mu.Lock()
+	empty := len(q.visible) == 0 && len(q.held) == 0 && q.delayed == 0
+	q.mu.Unlock()
+	if empty && s.queues[q.name] == q {
+		delete(s.queues, q.name)
+	}
 }
 
 // A queue's messages are visible (in visible, oldest first), delayed (only
@@ -85,7 +107,9 @@ func (s *service) queue(name string) *queue {
 // visibility timeout passes). Its parked receives are watched by the queue
 // itself, a pointer, as the purgatory's key.
 type queue struct {
-	svc *service
+	svc   *service
+	name  string
+	users int // requests holding it (service.queue); guarded by svc.mu
 
 	// mu guards the fields below and every field of the queue's messages
 	// but the timer's. A receive's TryComplete takes it under the
