@@ -118,6 +118,11 @@ func isNilValue(v any) bool {
 // operations' expiries. docs/purgatory.md, "Your own tasks on the
 // purgatory's timer", shows the pattern.
 //
+// The options of WithTimerOptions, and the ones the purgatory gives the
+// timer it makes (timer.WithExecutors(0), timer.WithWheelSize(256)), do
+// not apply to a timer given here: pass them to timer.NewSystemTimer to
+// have the same timer.
+//
 // The timer receives each operation's timeout as a timer.Task, added at
 // the park while the operation's lock is held; whatever it wraps, the
 // Task's Run expires the operation. Its Now is the clock an Observer's
