@@ -94,12 +94,22 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // queue returns the queue the request names, or answers 400 and nil. The
 // handler lets go of it (service.release) when it returns.
 func (s *server) queue(w http.ResponseWriter, r *http.Request) *queue {
-	name := r.PathValue("q")
-	if !queueName.MatchString(name) {
-		http.Error(w, "a queue name is 1 to 80 letters, digits, - and _", http.StatusBadRequest)
+	name, ok := queueNameOf(w, r)
+	if !ok {
 		return nil
 	}
 	return s.svc.queue(name)
+}
+
+// queueNameOf returns the queue name the request's path gives, or answers
+// 400 and reports false.
+func queueNameOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name := r.PathValue("q")
+	if !queueName.MatchString(name) {
+		http.Error(w, "a queue name is 1 to 80 letters, digits, - and _", http.StatusBadRequest)
+		return "", false
+	}
+	return name, true
 }
 
 // duration parses the query parameter name, def if absent, and reports

@@ -66,9 +66,8 @@ func newNaiveServer() *naiveServer {
 func (s *naiveServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func (s *naiveServer) queue(w http.ResponseWriter, r *http.Request) *naiveQueue {
-	name := r.PathValue("q")
-	if !queueName.MatchString(name) {
-		http.Error(w, "bad queue name", http.StatusBadRequest)
+	name, ok := queueNameOf(w, r)
+	if !ok {
 		return nil
 	}
 	s.mu.Lock()
