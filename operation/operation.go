@@ -155,7 +155,7 @@ func (b *Base) IsCancelled() bool { return lifecycle.IsCancelled(b.op()) }
 // ForceComplete); [ErrExpired] when its timeout completed it;
 // purgatory.ErrShutdown when its purgatory shut down with it pending;
 // context.Cause(ctx) when the context given to [WithContext] ended; and
-// the cause given to the purgatory's CompleteForKey. Call it
+// the cause given to the purgatory's CompleteForKey or Complete. Call it
 // from OnComplete to tell a timeout from success:
 //
 //	func (f *delayedFetch) OnComplete() {
@@ -186,7 +186,11 @@ func (b *Base) Cause() error {
 // waiting for the winner's OnComplete to finish.
 //
 // TryComplete calls it when the operation can finish; user code may also
-// call it, from any goroutine, to answer a parked request now. Once the
+// call it, from any goroutine, to answer a parked request now. It takes no
+// lock, so it does not wait for a TryComplete of the operation under way
+// on another goroutine, and wins against it: to end a request whose
+// client has gone, while a TryComplete may be claiming something for it,
+// use the purgatory's Complete, which waits. Once the
 // operation is parked, a panic in OnComplete is recovered and reported to
 // its purgatory (counted and logged); the operation stays completed.
 func (b *Base) ForceComplete() bool { return lifecycle.ForceComplete(b.op()) }

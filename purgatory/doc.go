@@ -33,8 +33,8 @@
 //
 // OnComplete runs exactly once per operation, whoever completes it:
 // TryCompleteElseWatch, CheckAndComplete on any of its keys, ForceComplete
-// from user code, expiry, its context (operation.WithContext), or Shutdown;
-// the operation's Cause says which. OnExpiration runs only when expiry (or
+// from user code, Complete or CompleteForKey, expiry, its context
+// (operation.WithContext), or Shutdown; the operation's Cause says which. OnExpiration runs only when expiry (or
 // Shutdown) won. Every operation follows one state machine (created, parked,
 // watched, timed, then completed or cancelled) whose counting transitions
 // are single compare-and-swaps, so Stats are exact once nothing is in
