@@ -189,9 +189,8 @@ func (b *Base) Cause() error {
 // call it, from any goroutine, to answer a parked request now. It takes no
 // lock, so it does not wait for a TryComplete of the operation under way
 // on another goroutine, whose own ForceComplete may then lose: to end a
-// request whose
-// client has gone, while a TryComplete may be claiming something for it,
-// use the purgatory's Complete, which waits. Once the
+// request whose client has gone, while a TryComplete may be claiming
+// something for it, use the purgatory's Complete, which waits. Once the
 // operation is parked, a panic in OnComplete is recovered and reported to
 // its purgatory (counted and logged); the operation stays completed.
 func (b *Base) ForceComplete() bool { return lifecycle.ForceComplete(b.op()) }
