@@ -29,7 +29,7 @@ vet: deps
 # runs goleak, so a leaked goroutine fails the run. The race detector slows
 # the largest lifecycle tests tenfold, so they run scaled down under it and
 # then once more at full size (a million operations, -full) without it.
-STORMS := TestLifecycleStorm|TestKeyChurnReleasesKeys|TestParkRacingForceComplete|TestCompleteNeverStrandsAClaim
+STORMS := TestLifecycleStorm|TestKeyChurnReleasesKeys|TestParkRacingForceComplete|TestCompleteNeverStrandsAClaim|TestCompleteRacingCompleteForKey
 test: vet
 	@$(call each,$(GO) test -race -count=1 -timeout 15m $(PKGS))
 	$(GO) test -count=1 -timeout 10m -run '^($(STORMS))$$' ./purgatory -args -full

@@ -4,6 +4,7 @@ package purgatory_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -100,5 +101,45 @@ func TestResetTimeoutInsideSynctest(t *testing.T) {
 			assert.True(t, op.IsExpired())
 		}
 		require.NoError(t, p.Shutdown(context.Background()))
+	})
+}
+
+// Complete after ResetTimeout, and inside a synctest bubble on the
+// default timer: the hang-up waits for a TryComplete under way on the
+// bubble's goroutines as it does outside, and the moved deadline never
+// fires once the operation is gone.
+func TestCompleteInsideSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := purgatory.New[string, *receiver]("bubble")
+		require.NoError(t, err)
+		defer func() { require.NoError(t, p.Shutdown(context.Background())) }()
+		var q atomic.Int64
+		r := newReceiver(&q)
+		parkReceiver(t, p, r)
+		require.True(t, p.ResetTimeout(r, time.Minute))
+
+		release := make(chan struct{})
+		r.during = func() { <-release } // a claim under way
+		q.Store(1)
+		checked := make(chan int, 1)
+		go func() { checked <- p.CheckAndCompleteN("q", 1) }()
+		synctest.Wait() // the check holds r's lock, inside its TryComplete
+		won := make(chan bool, 1)
+		go func() { won <- p.Complete(r, errGone) }()
+		synctest.Wait() // Complete waits for the lock: durably blocked
+		select {
+		case <-won:
+			t.Fatal("Complete returned while a TryComplete held the operation's lock")
+		default:
+		}
+		close(release)
+		assert.Equal(t, 1, <-checked)
+		assert.False(t, <-won)
+		assert.True(t, r.claimed.Load())
+		assert.False(t, r.stranded.Load())
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		assert.False(t, r.IsExpired())
+		assert.Equal(t, int32(1), r.completes.Load())
 	})
 }

@@ -337,3 +337,64 @@ func TestCompleteMeetsTheOtherWaysOut(t *testing.T) {
 		assert.Zero(t, op.Expiries.Load())
 	})
 }
+
+// CheckAndCompleteN keeps park order across operations with something of
+// their own (a SharedLock, a lock of the user's, a context), which a check
+// tries through the locked path, and plain ones, which it tries in one
+// compare-and-swap; an Observer counts every try.
+func TestCheckAndCompleteNOrderAcrossKindsOfOperation(t *testing.T) {
+	p, _ := newMockPurgatory(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	ops := []*mockOp{
+		newOp(time.Hour, operation.WithLock(&operation.SharedLock{})),
+		newOp(time.Hour),
+		newOp(time.Hour, operation.WithContext(ctx)),
+		newOp(time.Hour, operation.WithLock(&mu)),
+		newOp(time.Hour),
+	}
+	for _, o := range ops {
+		mustPark(t, p, o, "k")
+		o.Ready.Store(true)
+	}
+	for i, o := range ops {
+		require.Equal(t, 1, p.CheckAndCompleteN("k", 1), "round %d", i)
+		assert.True(t, o.IsCompleted(), "the oldest, op %d", i)
+		for _, later := range ops[i+1:] {
+			assert.False(t, later.IsCompleted())
+		}
+	}
+	assert.Zero(t, p.NumDelayed())
+	assert.Zero(t, p.Watched())
+}
+
+// Complete racing CompleteForKey: one of them completes the operation,
+// and Cause reports the winner's cause.
+func TestCompleteRacingCompleteForKey(t *testing.T) {
+	p, _ := newMockPurgatory(t)
+	errKey := errors.New("key gone")
+	rounds := 2000
+	if *full {
+		rounds = 20000
+	}
+	for range rounds {
+		op := newOp(time.Hour)
+		mustPark(t, p, op, "k")
+		var won bool
+		var n int
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); won = p.Complete(op, errGone) }()
+		go func() { defer wg.Done(); n = p.CompleteForKey("k", errKey) }()
+		wg.Wait()
+		require.True(t, won != (n == 1), "one winner: Complete %v, CompleteForKey %d", won, n)
+		if won {
+			require.Equal(t, errGone, op.Cause())
+		} else {
+			require.Equal(t, errKey, op.Cause())
+		}
+		require.Equal(t, int32(1), op.Completes.Load())
+	}
+	assert.Equal(t, uint64(rounds), p.Stats().CompletedForKey)
+}
